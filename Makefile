@@ -1,0 +1,34 @@
+# nkmpi: set-up, tests and the demo.  `make install && make test` on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+# MPI=mpich installs the MPICH wheel (mpiexec with no system MPI);
+# MPI=system builds mpi4py against the mpicc found on PATH (a cluster's own MPI).
+MPI    ?= mpich
+DEMO    = demo
+
+.PHONY: install test demo clean
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+ifeq ($(MPI),system)
+	$(BIN)/python -m pip install --no-binary mpi4py --no-cache-dir mpi4py
+	$(BIN)/python -m pip install -e '.[test]'
+else
+	$(BIN)/python -m pip install -e '.[test,mpich]'
+endif
+	$(BIN)/python -c "from mpi4py import MPI; print('nkmpi: MPI library:', MPI.Get_library_version().splitlines()[0])"
+
+test:
+	$(BIN)/python -m pytest tests
+
+demo:
+	@mkdir -p $(DEMO)
+	@test -f $(DEMO)/blobs.h5 || $(BIN)/python -m data_tools.generate $(DEMO)/blobs.h5 \
+		--clusters 6 --features 2 --points 9600 --agents 16 --partition by-cluster:2 --seed 1
+	PATH=$(abspath $(BIN)):$$PATH mpiexec -n 4 nkmpi run $(DEMO)/blobs.h5 -k 6 --out $(DEMO)/result.h5
+	$(BIN)/nkmpi summary $(DEMO)/result.h5
+
+clean:
+	rm -rf $(DEMO) .pytest_cache build *.egg-info

@@ -1,0 +1,268 @@
+"""Command line: `nkmpi run | simulate | info | summary`.
+
+`run` is the MPI program (launched with mpiexec or srun); the others are
+serial tools and never initialize MPI.  Bad input is found before the first
+iteration, agreed on by all ranks, and reported once by rank 0 as
+`nkmpi: error: ...` with exit status 2.  Any other failure on any rank aborts
+the whole job, so no rank is left waiting in a collective.
+"""
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+import traceback
+from io import StringIO
+
+import numpy as np
+
+from . import __version__
+from .errors import InputError, agree
+from .graph import GRAPH_SPECS, block_placement, build_network, graph_stats, owners_from_bounds
+from .options import Options
+
+EXIT_INPUT_ERROR = 2
+EXIT_FAILURE = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises InputError instead of printing on every rank and exiting."""
+
+    def error(self, message):
+        raise InputError(f"{message} (see '{self.prog} --help')")
+
+
+def _add_run_options(parser):
+    parser.add_argument("data", help="dataset v1 HDF5 file")
+    parser.add_argument("-k", "--clusters", type=int, required=True, help="clusters per agent (K)")
+    parser.add_argument("--rho", type=float, default=10.0,
+                        help="relaxation parameter: larger ties agents closer, converges slower (default 10)")
+    parser.add_argument("--alpha", type=float, default=0.5, help="step size in (0, 1] (default 0.5)")
+    parser.add_argument("--graph", default=None, metavar="SPEC",
+                        help="communication graph: " + ", ".join(GRAPH_SPECS)
+                        + " (default: the dataset's graph/edges if present, else ring)")
+    parser.add_argument("--iters", type=int, default=1000, help="at most this many iterations (default 1000)")
+    parser.add_argument("--tol", type=float, default=1e-6,
+                        help="stop when no assignment changed and no center moved more than TOL, "
+                             "in data units, at a monitoring point (default 1e-6)")
+    parser.add_argument("--init", default="flood", metavar="flood|local|file:PATH",
+                        help="flood: one agent's k-means++ spread over the graph (default); local: every "
+                             "agent seeds itself; file:PATH: (K, p) centers from .npy or HDF5 'centers'")
+    parser.add_argument("--seed", type=int, default=0, help="seed of k-means++ and random graphs (default 0)")
+    parser.add_argument("--monitor-every", type=int, default=10, metavar="N",
+                        help="gather metrics, print progress and test convergence every N iterations; "
+                             "0: only at the end, no early stop (default 10)")
+    parser.add_argument("--out", default=None, metavar="RESULT.h5",
+                        help="result file (default: DATA's name with .result.h5)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def make_parser():
+    parser = _Parser(prog="nkmpi", description="Networked K-means (NK-means) with distributed data.")
+    parser.add_argument("--version", action="version", version=f"nkmpi {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run NK-means under MPI (mpiexec -n R nkmpi run ...)")
+    _add_run_options(run)
+    simulate = sub.add_parser("simulate", help="run NK-means serially with the reference simulator")
+    _add_run_options(simulate)
+    info = sub.add_parser("info", help="describe a dataset and a communication graph")
+    info.add_argument("data", help="dataset v1 HDF5 file")
+    info.add_argument("--graph", default=None, metavar="SPEC", help="graph to describe (default as in run)")
+    info.add_argument("--seed", type=int, default=0, help="seed of random graphs (default 0)")
+    summary = sub.add_parser("summary", help="summarize a result against centralized Lloyd (serial)")
+    summary.add_argument("result", help="result v1 HDF5 file")
+    summary.add_argument("--data", default=None, help="its dataset (default: the path stored in the result)")
+    return parser
+
+
+def read_init(spec):
+    """The --init value as Options expects it: a method name or a (K, p) array."""
+    if not spec.startswith("file:"):
+        return spec
+    path = spec[len("file:"):]
+    if not os.path.isfile(path):
+        raise InputError(f"--init {spec}: no such file")
+    try:
+        if path.endswith(".npy"):
+            return np.load(path)
+        import h5py
+        with h5py.File(path, "r") as f:
+            if "centers" not in f:
+                raise InputError(f"--init {spec}: the HDF5 file has no 'centers' dataset")
+            return f["centers"][()]
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--init {spec}: cannot read: {exc}") from None
+
+
+def options_from(args):
+    return Options(n_clusters=args.clusters, rho=args.rho, alpha=args.alpha, max_iter=args.iters,
+                   tol=args.tol, init=read_init(args.init), seed=args.seed,
+                   monitor_every=0 if args.quiet and args.monitor_every == 0 else args.monitor_every)
+
+
+def default_output(data):
+    root, _ = os.path.splitext(data)
+    return root + ".result.h5"
+
+
+def run_attrs(args, options, info, network_spec, n_ranks):
+    attrs = options.as_attrs()
+    attrs.update(data=os.path.abspath(args.data), graph=network_spec, n_ranks=n_ranks,
+                 n_agents=info.n_agents, n_points=info.n_points, n_features=info.n_features)
+    return attrs
+
+
+def command_run(args, comm):
+    from . import driver, io
+    rank, size = comm.Get_rank(), comm.Get_size()
+    out = args.out or default_output(args.data)
+    options = agree(comm, options_from, args)
+    info = agree(comm, io.open_dataset, args.data)
+    agree(comm, options.check_features, info.n_features)
+    agree(comm, io.check_output if rank == 0 else (lambda path: None), out)
+    network = agree(comm, build_network, args.graph, info.n_agents, options.seed, info.edges)
+    bounds = agree(comm, block_placement, info.points_per_agent, size)
+    first, stop = int(bounds[rank]), int(bounds[rank + 1])
+    points = agree(comm, io.read_rows, info, first, stop)
+    offsets = info.offsets[first:stop + 1] - info.offsets[first]
+    stream = None if args.quiet or rank != 0 else sys.stdout
+    if rank == 0 and not args.quiet:
+        print(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
+              f"K={options.n_clusters}, rho={options.rho:g}, alpha={options.alpha:g}, "
+              f"graph {args.graph or ('dataset' if info.edges is not None else 'ring')} "
+              f"({len(network.edges)} edges), {size} rank(s)", flush=True)
+    started = time.perf_counter()
+    result = driver.run(comm, points, offsets, np.arange(first, stop), network,
+                        owners_from_bounds(bounds), options, stream)
+    seconds = time.perf_counter() - started
+    attrs = run_attrs(args, options, info, args.graph or ("dataset" if info.edges is not None else "ring"),
+                      size)
+    attrs.update(iterations=result.iterations, converged=result.converged, seconds=seconds)
+    io.write_result(out, comm, n_agents=info.n_agents, n_points=info.n_points, agent_start=first,
+                    centers=result.centers, initial_centers=result.initial_centers,
+                    row_start=int(info.offsets[first]), assignments=result.labels,
+                    metrics=result.metrics, attrs=attrs)
+    if rank == 0 and not args.quiet:
+        print(final_line(result.metrics, result.iterations, result.converged, seconds, out), flush=True)
+    return 0
+
+
+def final_line(metrics, iterations, converged, seconds, out):
+    state = "converged" if converged else "iteration limit reached"
+    return (f"nkmpi: {iterations} iterations ({state}) in {seconds:.2f} s: objective "
+            f"{metrics['objective'][-1]:.9e}, disagreement {metrics['edge_disagreement'][-1]:.3e}; "
+            f"wrote {out}")
+
+
+def command_simulate(args):
+    from . import io
+    from .reference import simulate
+    out = args.out or default_output(args.data)
+    options = options_from(args)
+    info, points = io.read_all(args.data)
+    options.check_features(info.n_features)
+    io.check_output(out)
+    network = build_network(args.graph, info.n_agents, options.seed, info.edges)
+    started = time.perf_counter()
+    result = simulate(points, info.offsets, network, options, stream=None if args.quiet else sys.stdout)
+    seconds = time.perf_counter() - started
+    attrs = run_attrs(args, options, info, args.graph or ("dataset" if info.edges is not None else "ring"), 1)
+    attrs.update(iterations=result.iterations, converged=result.converged, seconds=seconds,
+                 simulated=True)
+    io.write_result(out, None, n_agents=info.n_agents, n_points=info.n_points, agent_start=0,
+                    centers=result.centers, initial_centers=result.initial_centers, row_start=0,
+                    assignments=result.assignments, metrics=result.metrics, attrs=attrs)
+    if not args.quiet:
+        print(final_line(result.metrics, result.iterations, result.converged, seconds, out))
+    return 0
+
+
+def command_info(args):
+    from . import io
+    info = io.open_dataset(args.data)
+    per_agent = info.points_per_agent
+    print(f"dataset   {info.path}")
+    print(f"points    N = {info.n_points}, p = {info.n_features} ({info.dtype})")
+    print(f"agents    M = {info.n_agents}; points per agent min {per_agent.min()}, "
+          f"median {np.median(per_agent):g}, max {per_agent.max()}; "
+          f"{int((per_agent == 0).sum())} without points")
+    print(f"labels    {'yes' if info.has_labels else 'no'}")
+    print(f"graph     in file: {'%d edges' % len(info.edges) if info.edges is not None else 'no'}")
+    spec = args.graph or ("dataset" if info.edges is not None else "ring")
+    try:
+        network = build_network(spec, info.n_agents, args.seed, info.edges)
+    except InputError as exc:
+        if "not connected" not in str(exc):
+            raise
+        from .graph import Network
+        network = None
+        print(f"graph     {spec}: NOT connected ({exc})")
+    if network is not None:
+        stats = graph_stats(network)
+        print(f"graph     {spec}: {stats['edges']} edges, degree {stats['degree_min']}..{stats['degree_max']}, "
+              f"diameter {stats['diameter']}, lambda_2 {stats['lambda_2']:.6g}, connected yes")
+    return 0
+
+
+def command_summary(args):
+    from . import io
+    from .reference import centralized_cost, lloyd
+    result = io.read_result(args.result)
+    attrs = result["attrs"]
+    data = args.data or attrs.get("data")
+    _, points = io.read_all(data)
+    metrics = result["metrics"]
+    start = result["initial_centers"][0]
+    lloyd_centers, lloyd_iters = lloyd(points, start, max_iter=10000)
+    best = centralized_cost(points, lloyd_centers)
+    costs = np.array([centralized_cost(points, c) for c in result["centers"]]) / best
+    print(f"result        {args.result}")
+    print(f"iterations    {attrs['iterations']} ({'converged' if attrs['converged'] else 'not converged'})")
+    print(f"objective     {metrics['objective'][-1]:.9e}")
+    print(f"disagreement  {metrics['edge_disagreement'][-1]:.3e} (sum over edges of squared center gaps)")
+    print(f"agents' centers, centralized cost / centralized Lloyd from the same start "
+          f"({lloyd_iters} iterations): min {costs.min():.6f}, median {np.median(costs):.6f}, "
+          f"max {costs.max():.6f}")
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    serial_command = next((a for a in argv if not a.startswith("-")), None) != "run"
+    if serial_command:
+        try:
+            args = make_parser().parse_args(argv)
+            handler = {"simulate": command_simulate, "info": command_info, "summary": command_summary}
+            return handler[args.command](args)
+        except InputError as exc:
+            print(f"nkmpi: error: {exc}", file=sys.stderr)
+            return EXIT_INPUT_ERROR
+    return main_mpi(argv)
+
+
+def main_mpi(argv):
+    """`nkmpi run`: every rank runs this; failures end every rank."""
+    from threadpoolctl import threadpool_limits
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    try:
+        with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
+            args = agree(comm, make_parser().parse_args, argv)      # --help prints once
+        with threadpool_limits(limits=1):
+            return command_run(args, comm)
+    except InputError as exc:
+        if exc.collective or comm.Get_size() == 1:
+            if rank == 0:
+                print(f"nkmpi: error: {exc}", file=sys.stderr, flush=True)
+            return EXIT_INPUT_ERROR
+        print(f"nkmpi: error: {exc} (rank {rank})", file=sys.stderr, flush=True)
+        comm.Abort(EXIT_INPUT_ERROR)
+    except BaseException as exc:          # a bug or an I/O failure on this rank only
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        print(f"nkmpi: error: rank {rank} failed: {exc!r}\n{detail}",
+              file=sys.stderr, flush=True)
+        comm.Abort(EXIT_FAILURE)

@@ -1,0 +1,110 @@
+"""The NK-means iteration loop of one rank, for the block of agents it hosts.
+
+Each iteration: start sending the block's centers x(t) to the neighbour
+ranks, run the local pass (reassign rows, accumulate cluster sums and counts)
+while they travel, wait for the neighbours' centers, and update.  At
+monitoring points the rank adds its share of the metrics and learns whether
+to stop.  The only collectives outside monitoring points are at set-up.
+"""
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+from .errors import InputError
+from .exchange import NeighbourExchange
+from .init import adopt_from_neighbours, agent_seed, has_distinct, missing
+from .monitor import Monitor
+
+
+@dataclass
+class BlockResult:
+    """One rank's share of a run's outcome.
+
+    centers, initial_centers : (L, K, p) for the rank's agents.
+    labels : (n,) each local row's nearest center among its own agent's final centers.
+    metrics : dict of 1-D arrays on rank 0 (empty elsewhere).
+    bytes_sent : bytes this rank sends to its neighbours per iteration.
+    """
+
+    centers: np.ndarray
+    initial_centers: np.ndarray
+    labels: np.ndarray
+    metrics: dict
+    iterations: int
+    converged: bool
+    bytes_sent: int
+
+
+def initial_centers(comm, exchange, points, offsets, agents, options):
+    """Seed (flood: only the lowest qualifying agent; local: every qualifying one),
+    then flood rounds over neighbour exchanges until every agent has centers."""
+    n_local = len(agents)
+    shape = (n_local, options.n_clusters, points.shape[1])
+    if not isinstance(options.init, str):
+        return np.broadcast_to(options.init, shape).copy()
+    centers = np.full(shape, np.nan)
+    seeders = []
+    for i, agent in enumerate(agents):
+        if has_distinct(points[offsets[i]:offsets[i + 1]], options.n_clusters):
+            seeders.append(i)
+            if options.init == "flood":
+                break
+    if options.init == "flood":
+        mine = int(agents[seeders[0]]) if seeders else np.iinfo(np.int64).max
+        source = comm.allreduce(mine, op=MPI.MIN)
+        seeders = [i for i in seeders if agents[i] == source]
+    if comm.allreduce(len(seeders), op=MPI.SUM) == 0:
+        raise InputError(f"no agent holds {options.n_clusters} distinct points, so none can seed "
+                         "k-means++: lower -k or pass --init file:PATH", collective=True)
+    for i in seeders:
+        centers[i] = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]),
+                                options.n_clusters, options.seed)
+    while comm.allreduce(int(missing(centers).sum()), op=MPI.SUM) > 0:
+        ext = exchange.exchange(centers)
+        centers = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
+    return centers
+
+
+def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdout):
+    """Run NK-means on this rank's block; collective over `comm`.
+
+    points : (n, p) the block's rows, grouped by agent.
+    offsets : (L+1,) block-local row offsets of the agents.
+    agents : (L,) ascending global ids of the block's agents.
+    network : graph.Network over all agents; owner : (M,) rank of each agent.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    agents = np.asarray(agents, dtype=np.int64)
+    shape = (options.n_clusters, points.shape[1])
+    exchange = NeighbourExchange(comm, network, owner, agents, shape)
+    try:
+        centers = initial_centers(comm, exchange, points, offsets, agents, options)
+        start_centers = centers.copy()
+        row_agent = kernels.row_agents(offsets)
+        labels = np.full(points.shape[0], -1, dtype=np.int64)
+        monitor = Monitor(options, comm=comm, stream=stream)
+        iteration = 0
+        for iteration in range(1, options.max_iter + 1):
+            exchange.start(centers)
+            sums, counts, sse, changed = kernels.assign_and_accumulate(points, row_agent, centers, labels)
+            ext = exchange.finish(centers)
+            neighbour_total = kernels.neighbour_sum(ext, exchange.nbr_ptr, exchange.nbr_idx)
+            updated = kernels.center_update(centers, sums, counts, neighbour_total, exchange.degree,
+                                            options.rho, options.alpha)
+            stop = False
+            if options.is_monitor_point(iteration):
+                stop = monitor.record(iteration, sse.sum(),
+                                      kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b),
+                                      changed, kernels.largest_move(centers, updated))
+            centers = updated
+            if stop:
+                break
+        final_labels = kernels.nearest_labels(points, row_agent, centers)
+        return BlockResult(centers, start_centers, final_labels, monitor.metrics(), iteration,
+                           monitor.converged, exchange.bytes_sent)
+    finally:
+        exchange.free()

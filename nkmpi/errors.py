@@ -1,0 +1,42 @@
+"""Errors the user can fix, and how ranks agree on them.
+
+Bad input must stop every rank at once with one message, before any
+iteration runs.  Each rank checks what it holds; `agree` then lets every rank
+learn the first failure (in rank order) through one collective, so all ranks
+raise the same InputError together instead of some waiting forever.
+"""
+
+
+class InputError(Exception):
+    """Bad input or options: reported as `nkmpi: error: ...` with exit status 2.
+
+    `collective` is True when every rank of the run raises it together (it
+    came out of `agree`, or from a value all ranks share), so the ranks may
+    simply exit; otherwise the raising rank must abort the job.
+    """
+
+    def __init__(self, message, collective=False):
+        super().__init__(message)
+        self.collective = collective
+
+
+def agree(comm, check, *args, **kwargs):
+    """Run `check` on every rank; if it raised InputError anywhere, raise it everywhere.
+
+    `comm` is an mpi4py communicator (or None for a serial caller).  Returns
+    what `check` returned on this rank.
+    """
+    result, message = None, None
+    try:
+        result = check(*args, **kwargs)
+    except InputError as exc:
+        message = str(exc)
+    if comm is None or comm.Get_size() == 1:
+        if message is not None:
+            raise InputError(message, collective=True)
+        return result
+    messages = comm.allgather(message)
+    first = next((m for m in messages if m is not None), None)
+    if first is not None:
+        raise InputError(first, collective=True)
+    return result

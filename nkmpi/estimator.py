@@ -1,0 +1,150 @@
+"""NKMeans: the scikit-learn style estimator for a user's own mpi4py program.
+
+Each rank passes the rows of the agents it hosts and the agent graph (the
+same on every rank); `fit` is collective over the communicator.
+
+    from mpi4py import MPI
+    from nkmpi import NKMeans
+    model = NKMeans(n_clusters=6, rho=10).fit(X_local, agent_offsets=offsets_local,
+                                              graph="ring")
+    model.cluster_centers_   # (L, K, p): this rank's agents' centers
+"""
+
+import numpy as np
+
+from .errors import InputError, agree
+from .graph import Network, build_network
+from .options import Options
+
+
+class NKMeans:
+    """Networked K-means over the agents hosted by the ranks of `comm`.
+
+    Parameters
+    ----------
+    n_clusters : int, K.
+    rho : float, relaxation parameter (> 0).
+    alpha : float, step size in (0, 1].
+    max_iter : int, at most this many iterations.
+    tol : float, absolute center-move tolerance for stopping (data units).
+    init : 'flood', 'local' or a (K, p) array.
+    random_state : int, seeds k-means++ and random graph specs.
+    monitor_every : int, gather metrics and test convergence every this many
+        iterations (0: only at the end, no early stop).
+    comm : mpi4py communicator (default MPI.COMM_WORLD).
+
+    Attributes after fit
+    --------------------
+    cluster_centers_ : (L, K, p) centers of this rank's agents.
+    labels_ : (n,) label of each local row against its agent's final centers.
+    n_iter_ : iterations run.  converged_ : bool.
+    metrics_ : dict of 1-D arrays (the result file's metrics/), on every rank.
+    inertia_ : sum over all agents of the squared distance of each row to its
+        nearest own-agent center, at the last monitoring point.
+    agents_ : (L,) global ids of this rank's agents.
+    """
+
+    def __init__(self, n_clusters=8, *, rho=10.0, alpha=0.5, max_iter=1000, tol=1e-6, init="flood",
+                 random_state=0, monitor_every=10, comm=None):
+        self.n_clusters = n_clusters
+        self.rho = rho
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+        self.random_state = random_state
+        self.monitor_every = monitor_every
+        self.comm = comm
+
+    def _options(self):
+        return Options(n_clusters=self.n_clusters, rho=self.rho, alpha=self.alpha,
+                       max_iter=self.max_iter, tol=self.tol, init=self.init,
+                       seed=self.random_state, monitor_every=self.monitor_every)
+
+    def fit(self, X, agent_offsets=None, graph="ring", agents=None):
+        """Fit on this rank's rows.
+
+        X : (n, p) rows of this rank's agents, grouped by agent.
+        agent_offsets : (L+1,) local row offsets of the agents (default: one agent).
+        graph : networkx graph, (E, 2) edge array or graph spec string, over
+            global agent ids; the same on every rank.
+        agents : (L,) ascending global ids of this rank's agents (default: agents
+            numbered in rank order).
+        """
+        from mpi4py import MPI
+
+        from . import driver
+        comm = self.comm if self.comm is not None else MPI.COMM_WORLD
+        X = np.ascontiguousarray(X)
+        if X.dtype not in (np.float32, np.float64):
+            X = X.astype(np.float64)
+        offsets = np.array([0, len(X)] if agent_offsets is None else agent_offsets, dtype=np.int64)
+        options = agree(comm, self._options)
+
+        def check_local():
+            if X.ndim != 2:
+                raise InputError(f"X must be 2-D, has shape {X.shape}")
+            if offsets[0] != 0 or offsets[-1] != len(X) or (np.diff(offsets) < 0).any():
+                raise InputError("agent_offsets must start at 0, not decrease and end at len(X)")
+            if not np.isfinite(X).all():
+                raise InputError("X contains NaN or Inf")
+            options.check_features(X.shape[1])
+
+        agree(comm, check_local)
+        n_local = len(offsets) - 1
+        if agents is None:
+            counts = comm.allgather(n_local)
+            first = sum(counts[:comm.Get_rank()])
+            agents = np.arange(first, first + n_local)
+        agents = np.asarray(agents, dtype=np.int64)
+        all_agents = comm.allgather(agents)
+        features = set(comm.allgather(X.shape[1]))
+        owner_list = np.concatenate([np.full(len(a), r) for r, a in enumerate(all_agents)])
+        ids = np.concatenate(all_agents)
+        n_agents = len(ids)
+
+        def check_agents():
+            if not np.array_equal(np.sort(ids), np.arange(n_agents)):
+                raise InputError("the ranks' agents must together be 0..M-1, each on one rank")
+            if (np.diff(agents) <= 0).any():
+                raise InputError("a rank's agents must be listed in ascending order")
+            if len(features) != 1:
+                raise InputError(f"ranks disagree on the number of features: {sorted(features)}")
+
+        agree(comm, check_agents)
+        owner = np.empty(n_agents, dtype=np.int64)
+        owner[ids] = owner_list
+        network = agree(comm, _network, graph, n_agents, options.seed)
+        result = driver.run(comm, X, offsets, agents, network, owner, options, stream=None)
+        self.cluster_centers_ = result.centers
+        self.labels_ = result.labels
+        self.n_iter_ = result.iterations
+        self.converged_ = result.converged
+        self.metrics_ = comm.bcast(result.metrics, root=0)
+        self.inertia_ = float(self.metrics_["sse"][-1])
+        self.agents_ = agents
+        return self
+
+    def predict(self, X, agent_offsets=None):
+        """Nearest center of each row among its own agent's centers (rows grouped as in fit)."""
+        from . import kernels
+        X = np.asarray(X)
+        offsets = np.array([0, len(X)] if agent_offsets is None else agent_offsets, dtype=np.int64)
+        if len(offsets) - 1 != len(self.cluster_centers_):
+            raise InputError(f"predict needs rows grouped by this rank's {len(self.cluster_centers_)} "
+                             "agents: pass agent_offsets")
+        return kernels.nearest_labels(X, kernels.row_agents(offsets), self.cluster_centers_)
+
+    def fit_predict(self, X, agent_offsets=None, graph="ring", agents=None):
+        return self.fit(X, agent_offsets, graph, agents).labels_
+
+
+def _network(graph, n_agents, seed):
+    if isinstance(graph, str) or graph is None:
+        return build_network(graph, n_agents, seed)
+    if hasattr(graph, "edges") and callable(graph.edges):
+        graph = np.array(list(graph.edges()), dtype=np.int64)
+    network = Network.from_edges(n_agents, graph)
+    if not network.is_connected():
+        raise InputError(f"the agent graph over {n_agents} agents is not connected")
+    return network

@@ -1,0 +1,107 @@
+"""Neighbour exchange of centers: the only neighbour-MPI code of nkmpi.
+
+A distributed-graph communicator joins the ranks that host neighbouring
+agents.  Each iteration a rank sends each neighbour rank exactly the centers
+of its agents that have a neighbour there, and receives the centers of that
+rank's agents that neighbour one of its own ("ghosts").  Neighbours on the
+same rank are read from memory.  After the exchange the block's centers and
+the ghosts sit in one array, `ext`, which the kernels index.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+from .graph import concat_ranges
+
+
+def _displacements(counts):
+    return [int(x) for x in np.cumsum([0] + counts[:-1])] if counts else []
+
+
+class NeighbourExchange:
+    """Plan and run the center exchange of one rank.
+
+    Parameters
+    ----------
+    comm : the communicator of the run.
+    network : graph.Network over all agents.
+    owner : (M,) rank hosting each agent.
+    agents : ascending global ids of this rank's agents.
+    shape : (K, p) of one agent's centers.
+
+    Attributes the kernels use
+    --------------------------
+    nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, ascending global id.
+    edge_a, edge_b : rows of `ext` for each edge (a < b) whose lower end is a block agent.
+    degree : neighbours of each block agent.
+    """
+
+    def __init__(self, comm, network, owner, agents, shape):
+        rank = comm.Get_rank()
+        self.shape = tuple(shape)
+        agents = np.asarray(agents, dtype=np.int64)
+        n_local = len(agents)
+        block_size = int(np.prod(self.shape))
+
+        starts, stops = network.indptr[agents], network.indptr[agents + 1]
+        self.degree = stops - starts
+        source = np.repeat(np.arange(n_local), self.degree)        # block index of u
+        target = network.indices[concat_ranges(starts, stops)]     # global id of v, ascending per u
+        target_rank = owner[target]
+        remote = target_rank != rank
+
+        self.ranks = np.unique(target_rank[remote])
+        send_lists, recv_lists = [], []
+        for q in self.ranks:
+            to_q = remote & (target_rank == q)
+            send_lists.append(np.unique(source[to_q]))
+            recv_lists.append(np.unique(target[to_q]))
+        self.send_index = np.concatenate(send_lists) if send_lists else np.zeros(0, np.int64)
+        ghosts = np.concatenate(recv_lists) if recv_lists else np.zeros(0, np.int64)
+        self.send_counts = [len(s) * block_size for s in send_lists]
+        self.recv_counts = [len(r) * block_size for r in recv_lists]
+        self.send_displs = _displacements(self.send_counts)
+        self.recv_displs = _displacements(self.recv_counts)
+        self.n_local, self.n_ghosts = n_local, len(ghosts)
+
+        ext_ids = np.concatenate([agents, ghosts])
+        order = np.argsort(ext_ids, kind="stable")
+        ext_row = order[np.searchsorted(ext_ids[order], target)]
+        self.nbr_ptr = np.concatenate([[0], np.cumsum(self.degree)]).astype(np.int64)
+        self.nbr_idx = ext_row.astype(np.int64)
+        lower = agents[source] < target
+        self.edge_a, self.edge_b = source[lower], ext_row[lower]
+
+        self.graph_comm = comm.Create_dist_graph_adjacent(
+            self.ranks.tolist(), self.ranks.tolist(), reorder=False)
+        self.ext = np.empty((n_local + len(ghosts),) + self.shape, dtype=np.float64)
+        self._send = np.empty((len(self.send_index),) + self.shape, dtype=np.float64)
+        self._request = None
+
+    @property
+    def bytes_sent(self):
+        """Bytes this rank sends per exchange."""
+        return 8 * int(sum(self.send_counts))
+
+    def start(self, centers):
+        """Begin sending this block's centers (non-blocking); the local pass may run meanwhile."""
+        np.take(centers, self.send_index, axis=0, out=self._send)
+        ghosts = self.ext[self.n_local:]
+        self._request = self.graph_comm.Ineighbor_alltoallv(
+            [self._send, self.send_counts, self.send_displs, MPI.DOUBLE],
+            [ghosts, self.recv_counts, self.recv_displs, MPI.DOUBLE])
+
+    def finish(self, centers):
+        """Wait for the ghosts; returns `ext`: the block's centers, then the ghosts."""
+        self._request.Wait()
+        self._request = None
+        self.ext[:self.n_local] = centers
+        return self.ext
+
+    def exchange(self, centers):
+        """Blocking exchange (set-up rounds)."""
+        self.start(centers)
+        return self.finish(centers)
+
+    def free(self):
+        self.graph_comm.Free()

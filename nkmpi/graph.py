@@ -1,0 +1,211 @@
+"""Communication graphs between agents, and the placement of agents on ranks.
+
+No MPI here: the graph is built identically on every rank from its spec and
+seed, stored as a sorted edge array and a CSR adjacency (O(M + E) memory,
+never a dense matrix).
+"""
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from .errors import InputError
+
+GRAPH_SPECS = ("ring", "path", "complete", "star", "torus[:rows=R]", "er:p=P",
+               "rgg:radius=R", "ws:k=K,p=P", "file:EDGES.txt", "dataset")
+
+
+@dataclass(frozen=True)
+class Network:
+    """An undirected simple graph over agents 0..M-1.
+
+    edges : (E, 2) int64, each edge once as (a, b) with a < b, sorted.
+    indptr, indices : CSR adjacency; agent m's neighbours, ascending, are
+        indices[indptr[m]:indptr[m+1]].
+    """
+
+    n_agents: int
+    edges: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @classmethod
+    def from_edges(cls, n_agents, edges):
+        """Drop self loops and duplicates, orient a < b, sort, and build the CSR."""
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        if edges.size and (edges.min() < 0 or edges.max() >= n_agents):
+            bad = edges[(edges < 0).any(axis=1) | (edges >= n_agents).any(axis=1)][0]
+            raise InputError(f"edge ({bad[0]}, {bad[1]}) names an agent outside 0..{n_agents - 1}")
+        edges = np.sort(edges, axis=1)
+        edges = np.unique(edges[edges[:, 0] != edges[:, 1]], axis=0)
+        both = np.concatenate([edges, edges[:, ::-1]])
+        order = np.lexsort((both[:, 1], both[:, 0]))
+        both = both[order]
+        indptr = np.zeros(n_agents + 1, dtype=np.int64)
+        np.cumsum(np.bincount(both[:, 0], minlength=n_agents), out=indptr[1:])
+        return cls(n_agents, edges, indptr, both[:, 1].copy())
+
+    @property
+    def degree(self):
+        return np.diff(self.indptr)
+
+    def neighbours(self, agent):
+        return self.indices[self.indptr[agent]:self.indptr[agent + 1]]
+
+    def to_networkx(self):
+        graph = nx.Graph()
+        graph.add_nodes_from(range(self.n_agents))
+        graph.add_edges_from(self.edges.tolist())
+        return graph
+
+    def is_connected(self):
+        if self.n_agents <= 1:
+            return True
+        adjacency = csr_matrix((np.ones(len(self.indices), dtype=np.int8), self.indices, self.indptr),
+                               shape=(self.n_agents, self.n_agents))
+        return connected_components(adjacency, directed=False, return_labels=False) == 1
+
+
+def _parse_params(spec, text, allowed):
+    params = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or key not in allowed:
+            raise InputError(f"graph spec {spec!r}: expected {', '.join(k + '=...' for k in allowed)}")
+        try:
+            params[key] = allowed[key](value)
+        except ValueError:
+            raise InputError(f"graph spec {spec!r}: {key}={value!r} is not a number") from None
+    return params
+
+
+def _torus(n_agents, rows=None):
+    """2-D periodic grid rows x cols = M, as square as M allows unless rows is given."""
+    if rows is None:
+        rows = max(d for d in range(1, int(np.sqrt(n_agents)) + 1) if n_agents % d == 0)
+    if rows < 1 or n_agents % rows:
+        raise InputError(f"graph spec torus: rows={rows} does not divide {n_agents} agents")
+    cols = n_agents // rows
+    grid = nx.grid_2d_graph(rows, cols, periodic=True)
+    return nx.relabel_nodes(grid, {(i, j): i * cols + j for i, j in grid.nodes})
+
+
+def _read_edge_file(path):
+    try:
+        edges = np.loadtxt(path, dtype=np.int64, comments="#", ndmin=2)
+    except OSError as exc:
+        raise InputError(f"cannot read edge file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(f"edge file {path}: expected one 'a b' pair of agent ids per line ({exc})") from None
+    if edges.size and edges.shape[1] != 2:
+        raise InputError(f"edge file {path}: expected two columns, found {edges.shape[1]}")
+    return edges.reshape(-1, 2)
+
+
+def build_network(spec, n_agents, seed=0, dataset_edges=None):
+    """The Network named by `spec` over `n_agents` agents; random graphs seeded by `seed`.
+
+    spec None means the dataset's graph when it has one, else a ring.
+    A disconnected graph is an InputError: NK-means cannot reach agreement on it.
+    """
+    if spec is None:
+        spec = "dataset" if dataset_edges is not None else "ring"
+    name, _, arg = spec.partition(":")
+    m = n_agents
+    if name == "dataset":
+        if dataset_edges is None:
+            raise InputError("graph 'dataset' requested, but the dataset has no graph/edges")
+        edges = dataset_edges
+    elif name == "file":
+        if not arg:
+            raise InputError("graph spec file: needs a path, as in file:EDGES.txt")
+        edges = _read_edge_file(arg)
+    else:
+        if name == "ring":
+            graph = nx.cycle_graph(m)
+        elif name == "path":
+            graph = nx.path_graph(m)
+        elif name == "complete":
+            graph = nx.complete_graph(m)
+        elif name == "star":
+            graph = nx.star_graph(m - 1) if m > 1 else nx.empty_graph(m)
+        elif name == "torus":
+            graph = _torus(m, **_parse_params(spec, arg, {"rows": int}))
+        elif name == "er":
+            p = _parse_params(spec, arg, {"p": float}).get("p", 0.2)
+            graph = nx.gnp_random_graph(m, p, seed=seed)
+        elif name == "rgg":
+            radius = _parse_params(spec, arg, {"radius": float}).get("radius", 0.3)
+            graph = nx.random_geometric_graph(m, radius, seed=seed)
+        elif name == "ws":
+            params = _parse_params(spec, arg, {"k": int, "p": float})
+            k = params.get("k", 4)
+            if not 0 <= k < m:
+                raise InputError(f"graph spec {spec!r}: k must be below the number of agents ({m})")
+            graph = nx.watts_strogatz_graph(m, k, params.get("p", 0.1), seed=seed)
+        else:
+            raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
+        edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
+    network = Network.from_edges(m, edges)
+    if not network.is_connected():
+        raise InputError(f"graph {spec!r} over {m} agents is not connected: agents could never agree "
+                         "(use another seed, a denser graph, or a connected edge list)")
+    return network
+
+
+def graph_stats(network):
+    """Degree range, diameter, algebraic connectivity lambda_2 and connectivity, for `nkmpi info`."""
+    degree = network.degree
+    stats = {"agents": network.n_agents, "edges": len(network.edges),
+             "degree_min": int(degree.min()), "degree_max": int(degree.max()),
+             "connected": network.is_connected()}
+    graph = network.to_networkx()
+    if network.n_agents < 2:
+        stats.update(diameter=0, lambda_2=0.0)
+    elif stats["connected"]:
+        stats["diameter"] = nx.diameter(graph)
+        if network.n_agents <= 2000:
+            laplacian = nx.laplacian_matrix(graph, nodelist=range(network.n_agents)).toarray()
+            stats["lambda_2"] = float(np.linalg.eigvalsh(laplacian.astype(float))[1])
+        else:
+            stats["lambda_2"] = float(nx.algebraic_connectivity(graph, method="tracemin_lu", seed=0))
+    else:
+        stats.update(diameter=float("inf"), lambda_2=0.0)
+    return stats
+
+
+def block_placement(points_per_agent, n_ranks):
+    """Contiguous blocks of agents over ranks, balanced by work.
+
+    An agent's work is its point count plus one (its center update), so agents
+    without points still spread out.  Returns bounds (R+1,): rank r hosts
+    agents bounds[r]:bounds[r+1], at least one each.
+    """
+    n_agents = len(points_per_agent)
+    if n_ranks > n_agents:
+        raise InputError(f"{n_ranks} ranks but only {n_agents} agents: use at most one rank per agent")
+    work = np.cumsum(np.asarray(points_per_agent, dtype=np.float64) + 1.0)
+    targets = work[-1] * np.arange(1, n_ranks) / n_ranks
+    cuts = np.searchsorted(work, targets, side="left") + 1
+    bounds = np.concatenate([[0], cuts, [n_agents]]).astype(np.int64)
+    for r in range(1, n_ranks):               # every rank gets at least one agent
+        bounds[r] = max(bounds[r], bounds[r - 1] + 1)
+    for r in range(n_ranks - 1, 0, -1):
+        bounds[r] = min(bounds[r], bounds[r + 1] - 1)
+    return bounds
+
+
+def concat_ranges(starts, stops):
+    """arange(starts[0], stops[0]), arange(starts[1], stops[1]), ... concatenated, loop-free."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(stops, dtype=np.int64) - starts
+    before = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
+
+
+def owners_from_bounds(bounds):
+    """owner[m]: the rank hosting agent m, for contiguous blocks."""
+    return np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))

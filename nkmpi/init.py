@@ -1,0 +1,71 @@
+"""Initial centers: k-means++ seeding of one agent, and spreading centers to agents.
+
+No MPI here.  Both initializations start from per-agent seeds:
+
+* flood: only the lowest-numbered agent with at least K distinct points seeds;
+* local: every agent with at least K distinct points seeds (agents then
+  label their clusters independently: cluster k of one agent need not be
+  cluster k of another until the consensus term pulls them together);
+
+and agents without a seed then adopt, round by round, the centers of their
+lowest-numbered neighbour that had centers at the start of the round.  With
+flood every agent ends with the same centers after at most diameter rounds.
+Missing centers are NaN, so the rounds need nothing but the usual exchange.
+"""
+
+import numpy as np
+
+
+def has_distinct(points, n_clusters):
+    """True when `points` holds at least `n_clusters` distinct rows (k-means++ needs them)."""
+    if points.shape[0] < n_clusters:
+        return False
+    return np.unique(points, axis=0).shape[0] >= n_clusters
+
+
+def kmeans_plusplus(points, n_clusters, rng):
+    """k-means++ seeding (Arthur & Vassilvitskii) on one agent's rows.
+
+    Needs at least `n_clusters` distinct rows: a chosen row has distance 0 and
+    is never drawn again, so the centers come out distinct.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    centers = np.empty((n_clusters, points.shape[1]), dtype=np.float64)
+    centers[0] = points[rng.integers(points.shape[0])]
+    closest = ((points - centers[0]) ** 2).sum(axis=1)
+    for k in range(1, n_clusters):
+        draw = rng.random() * closest.sum()
+        pick = int(np.searchsorted(np.cumsum(closest), draw, side="right"))
+        if pick >= points.shape[0] or closest[pick] == 0:   # rounding at the edge
+            pick = int(np.flatnonzero(closest)[-1])
+        centers[k] = points[pick]
+        closest = np.minimum(closest, ((points - centers[k]) ** 2).sum(axis=1))
+    return centers
+
+
+def agent_seed(points, agent, n_clusters, seed):
+    """k-means++ centers of `agent` from its own rows; the stream depends on (seed, agent) only."""
+    return kmeans_plusplus(points, n_clusters, np.random.default_rng([seed, agent]))
+
+
+def missing(centers):
+    """Agents of a (L, K, p) block still without centers."""
+    return np.isnan(centers.reshape(len(centers), -1)[:, 0])
+
+
+def adopt_from_neighbours(centers, centers_ext, nbr_ptr, nbr_idx):
+    """One flood round on a block: each agent without centers takes those of its
+    lowest-numbered neighbour that has them (neighbours listed ascending).
+
+    Returns the new block; agents that had centers keep them.
+    """
+    new = centers.copy()
+    lacking = missing(centers)
+    ext_has = ~missing(centers_ext)
+    degree = np.diff(nbr_ptr)
+    for slot in range(int(degree.max(initial=0)) - 1, -1, -1):   # lowest slot written last
+        agents = np.flatnonzero(lacking & (degree > slot))
+        source = nbr_idx[nbr_ptr[agents] + slot]
+        ok = ext_has[source]
+        new[agents[ok]] = centers_ext[source[ok]]
+    return new

@@ -1,0 +1,68 @@
+"""Monitoring points: global metrics on rank 0, progress lines, and the stop decision.
+
+At a monitoring point every rank contributes four numbers for its agents
+(sse, edge disagreement, changed assignments, largest center move); rank 0
+combines them, keeps the row, prints a progress line, decides whether the run
+has reached a generalized Lloyd minimum, and every rank learns the decision in
+one broadcast.  Metrics are for monitoring only: nothing in the iteration
+depends on them except that decision.
+"""
+
+import sys
+import time
+
+import numpy as np
+
+#: The per-monitoring-point series of a result file (group metrics/).
+METRICS = ("iteration", "objective", "sse", "edge_disagreement", "changed", "max_move", "seconds")
+
+
+class Monitor:
+    """Collects metrics rows on rank 0 (or in a serial run, comm=None)."""
+
+    def __init__(self, options, comm=None, stream=sys.stdout):
+        self.options = options
+        self.comm = comm
+        self.is_root = comm is None or comm.Get_rank() == 0
+        self.stream = stream if options.monitor_every > 0 else None
+        self.rows = []
+        self.converged = False
+        self.start = time.perf_counter()
+
+    def record(self, iteration, sse, disagreement, changed, move):
+        """Record one monitoring point; returns True on every rank when the run should stop."""
+        partial = (float(sse), float(disagreement), int(changed), float(move))
+        parts = [partial] if self.comm is None else self.comm.gather(partial, root=0)
+        stop = False
+        if self.is_root:
+            sse = sum(p[0] for p in parts)
+            disagreement = sum(p[1] for p in parts)
+            changed = sum(p[2] for p in parts)
+            move = max(p[3] for p in parts)
+            objective = sse + self.options.rho * disagreement
+            row = (iteration, objective, sse, disagreement, changed, move,
+                   time.perf_counter() - self.start)
+            self.rows.append(row)
+            self.converged = (self.options.monitor_every > 0 and changed == 0
+                              and move <= self.options.tol)
+            stop = self.converged
+            if self.stream is not None:
+                self.stream.write(format_progress(row, self.options.max_iter) + "\n")
+                self.stream.flush()
+        if self.comm is not None:
+            stop = self.comm.bcast(stop, root=0)
+            self.converged = stop
+        return stop
+
+    def metrics(self):
+        """dict name -> 1-D array of the recorded rows (empty arrays off rank 0)."""
+        columns = list(zip(*self.rows)) if self.rows else [()] * len(METRICS)
+        dtypes = (np.int64, float, float, float, np.int64, float, float)
+        return {name: np.asarray(col, dtype=dt) for name, col, dt in zip(METRICS, columns, dtypes)}
+
+
+def format_progress(row, max_iter):
+    iteration, objective, sse, disagreement, changed, move, seconds = row
+    return (f"nkmpi: iter {iteration:>{len(str(max_iter))}}/{max_iter}  objective {objective:.9e}  "
+            f"sse {sse:.6e}  disagreement {disagreement:.3e}  changed {changed}  "
+            f"move {move:.3e}  {seconds:.2f} s")

@@ -1,0 +1,82 @@
+"""The parameters that define an NK-means run, validated in one place."""
+
+from dataclasses import asdict, dataclass
+from numbers import Integral, Real
+
+import numpy as np
+
+from .errors import InputError
+
+INIT_METHODS = ("flood", "local")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Parameters of one NK-means run; together with the data and graph they fix the result.
+
+    n_clusters : K, clusters per agent.
+    rho : relaxation parameter (> 0); larger ties agents together more tightly.
+    alpha : step size in (0, 1].
+    max_iter : at most this many iterations.
+    tol : absolute; the run stops at a monitoring point when no assignment
+        changed and no center moved farther than `tol` (in data units).
+    init : 'flood', 'local', or a (K, p) array shared by all agents.
+    seed : seeds k-means++ and random graphs.
+    monitor_every : gather metrics every this many iterations (0: only at the end,
+        which also disables early stopping).
+    """
+
+    n_clusters: int
+    rho: float = 10.0
+    alpha: float = 0.5
+    max_iter: int = 1000
+    tol: float = 1e-6
+    init: object = "flood"
+    seed: int = 0
+    monitor_every: int = 10
+
+    def __post_init__(self):
+        def need(ok, what):
+            if not ok:
+                raise InputError(what)
+
+        need(isinstance(self.n_clusters, Integral) and self.n_clusters >= 1,
+             f"the number of clusters must be a positive integer, got {self.n_clusters!r}")
+        need(isinstance(self.rho, Real) and np.isfinite(self.rho) and self.rho > 0,
+             f"rho must be a positive finite number, got {self.rho!r}")
+        need(isinstance(self.alpha, Real) and 0 < self.alpha <= 1,
+             f"alpha must be in (0, 1], got {self.alpha!r}")
+        need(isinstance(self.max_iter, Integral) and self.max_iter >= 1,
+             f"the iteration count must be a positive integer, got {self.max_iter!r}")
+        need(isinstance(self.tol, Real) and self.tol >= 0,
+             f"tol must be >= 0, got {self.tol!r}")
+        need(isinstance(self.seed, Integral) and self.seed >= 0,
+             f"the seed must be a non-negative integer, got {self.seed!r}")
+        need(isinstance(self.monitor_every, Integral) and self.monitor_every >= 0,
+             f"monitor-every must be a non-negative integer, got {self.monitor_every!r}")
+        if isinstance(self.init, str):
+            need(self.init in INIT_METHODS,
+                 f"unknown init {self.init!r}: use flood, local or file:PATH")
+        else:
+            init = np.asarray(self.init, dtype=np.float64)
+            need(init.ndim == 2 and init.shape[0] == self.n_clusters,
+                 f"initial centers must have shape (K={self.n_clusters}, p), got {init.shape}")
+            need(bool(np.isfinite(init).all()), "initial centers contain NaN or Inf")
+            object.__setattr__(self, "init", init)
+
+    def check_features(self, n_features):
+        """The initial centers, when given, must match the data's dimension."""
+        if not isinstance(self.init, str) and self.init.shape[1] != n_features:
+            raise InputError(f"initial centers have {self.init.shape[1]} features, "
+                             f"the data has {n_features}")
+
+    def is_monitor_point(self, iteration):
+        """Metrics are gathered every `monitor_every` iterations and at the last one."""
+        return (iteration == self.max_iter
+                or (self.monitor_every > 0 and iteration % self.monitor_every == 0))
+
+    def as_attrs(self):
+        """The options as HDF5 attributes (the init array is stored as a dataset)."""
+        attrs = asdict(self)
+        attrs["init"] = self.init if isinstance(self.init, str) else "array"
+        return attrs

@@ -1,0 +1,154 @@
+"""Serial reference: all agents of NK-means in one process, written plainly.
+
+This is the oracle the MPI program is tested against and a small-scale
+simulator for users (`nkmpi simulate`, or `simulate()` from Python).  It
+follows DESIGN.md's equations agent by agent with no blocking, no
+vectorization across agents and no MPI, using the same reduction orders the
+kernels promise (rows in dataset order, neighbours in ascending id), so the
+MPI run must match it to rounding, and in practice bit for bit.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+from .init import agent_seed, has_distinct
+from .monitor import Monitor
+
+
+@dataclass
+class SimulationResult:
+    """What a run produces, for all agents.
+
+    centers : (M, K, p) final centers.  assignments : (N,) labels against each
+    row's own agent's final centers.  metrics : dict of 1-D arrays (monitor.METRICS).
+    initial_centers : (M, K, p) centers at iteration 0.
+    """
+
+    centers: np.ndarray
+    assignments: np.ndarray
+    metrics: dict
+    iterations: int
+    converged: bool
+    initial_centers: np.ndarray
+
+
+def agent_rows(points, offsets):
+    return [points[offsets[m]:offsets[m + 1]] for m in range(len(offsets) - 1)]
+
+
+def initial_centers(rows, network, options):
+    """Seeds then synchronous flood rounds, as described in nkmpi.init."""
+    n_agents, k, p = len(rows), options.n_clusters, rows[0].shape[1]
+    centers = np.full((n_agents, k, p), np.nan)
+    if not isinstance(options.init, str):
+        centers[:] = options.init
+        return centers
+    for m in range(n_agents):
+        if has_distinct(rows[m], k):
+            centers[m] = agent_seed(rows[m], m, k, options.seed)
+            if options.init == "flood":
+                break
+    if np.isnan(centers).all():
+        raise InputError(f"no agent holds {k} distinct points, so none can seed k-means++: "
+                         "lower -k or pass --init file:PATH")
+    while np.isnan(centers).any():
+        previous = centers.copy()
+        for m in range(n_agents):
+            if np.isnan(previous[m]).any():
+                for l in network.neighbours(m):          # ascending: lowest id wins
+                    if not np.isnan(previous[l]).any():
+                        centers[m] = previous[l]
+                        break
+    return centers
+
+
+def nearest(rows, centers):
+    """Squared distances of one agent's rows to its K centers, and the nearest index."""
+    diff = rows[:, None, :] - centers[None, :, :]
+    dist = (diff * diff).sum(axis=-1)
+    return dist, dist.argmin(axis=1)
+
+
+def simulate(points, offsets, network, options, stream=None):
+    """Run NK-means on all agents serially; returns a SimulationResult.
+
+    points (N, p) grouped by agent, offsets (M+1,), network a graph.Network,
+    options an options.Options.  Progress lines go to `stream` when given.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = agent_rows(points, offsets)
+    n_agents, k = network.n_agents, options.n_clusters
+    options.check_features(points.shape[1])
+    centers = initial_centers(rows, network, options)
+    start_centers = centers.copy()
+    labels = [np.full(len(r), -1, dtype=np.int64) for r in rows]
+    monitor = Monitor(options, comm=None, stream=stream)
+    iteration = 0
+    for iteration in range(1, options.max_iter + 1):
+        sse, changed = 0.0, 0
+        sums = np.zeros(centers.shape)
+        counts = np.zeros((n_agents, k), dtype=np.int64)
+        for m in range(n_agents):
+            dist, new_labels = nearest(rows[m], centers[m])
+            changed += int((new_labels != labels[m]).sum())
+            labels[m] = new_labels
+            sse += float(dist[np.arange(len(new_labels)), new_labels].sum())
+            np.add.at(sums[m], new_labels, rows[m])
+            counts[m] = np.bincount(new_labels, minlength=k)
+        updated = np.empty_like(centers)
+        for m in range(n_agents):
+            neighbour_total = np.zeros(centers.shape[1:])
+            for l in network.neighbours(m):
+                neighbour_total += centers[l]
+            weight = counts[m] / options.rho + len(network.neighbours(m))
+            mu = (sums[m] / options.rho + neighbour_total) / weight[:, None]
+            mu[weight == 0] = centers[m][weight == 0]
+            updated[m] = centers[m] - options.alpha * (centers[m] - mu)
+        if options.is_monitor_point(iteration):
+            a, b = network.edges.T
+            disagreement = float(((centers[a] - centers[b]) ** 2).sum())
+            move = float(np.sqrt(((updated - centers) ** 2).sum(axis=-1)).max())
+            stop = monitor.record(iteration, sse, disagreement, changed, move)
+        else:
+            stop = False
+        centers = updated
+        if stop:
+            break
+    assignments = np.concatenate([nearest(rows[m], centers[m])[1] for m in range(n_agents)])
+    return SimulationResult(centers, assignments.astype(np.int64), monitor.metrics(),
+                            iteration, monitor.converged, start_centers)
+
+
+def centralized_cost(points, centers):
+    """J(c) = sum over all rows of the squared distance to the nearest of `centers` (K, p)."""
+    total = 0.0
+    for start in range(0, len(points), 65536):
+        dist, labels = nearest(points[start:start + 65536], centers)
+        total += float(dist[np.arange(len(labels)), labels].sum())
+    return total
+
+
+def lloyd(points, centers, max_iter=300, tol=0.0):
+    """Centralized Lloyd's algorithm from `centers`: the pooled-data baseline.
+
+    An empty cluster keeps its center.  Stops when no label changes and no
+    center moves more than `tol`.  Returns (centers, iterations).
+    """
+    centers = np.array(centers, dtype=np.float64)
+    labels = None
+    for iteration in range(1, max_iter + 1):
+        new_labels = np.concatenate([nearest(points[s:s + 65536], centers)[1]
+                                     for s in range(0, len(points), 65536)])
+        counts = np.bincount(new_labels, minlength=len(centers))
+        sums = np.zeros_like(centers)
+        np.add.at(sums, new_labels, points)
+        updated = centers.copy()
+        updated[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+        move = float(np.sqrt(((updated - centers) ** 2).sum(axis=1)).max())
+        stable = labels is not None and np.array_equal(labels, new_labels)
+        centers, labels = updated, new_labels
+        if stable and move <= tol:
+            break
+    return centers, iteration

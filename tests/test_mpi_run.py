@@ -1,0 +1,102 @@
+"""`mpiexec -n R nkmpi run` against the serial reference, and across rank counts."""
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import run_mpi, uneven_dataset
+from nkmpi.graph import build_network
+from nkmpi.io import read_result
+from nkmpi.options import Options
+from nkmpi.reference import simulate
+
+GRAPHS = ["ring", "torus", "er:p=0.3", "star"]
+SEED = 1                                   # er:p=0.3 over 12 agents is connected for seed 1
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "uneven.h5"
+    points, offsets = uneven_dataset(path)
+    return path, points, offsets
+
+
+def reference_for(points, offsets, spec, n_agents=12, **kw):
+    options = Options(n_clusters=kw.get("k", 4), rho=kw.get("rho", 10.0), alpha=kw.get("alpha", 0.5),
+                      max_iter=kw.get("iters", 40), tol=kw.get("tol", 0.0), seed=SEED,
+                      monitor_every=kw.get("monitor_every", 1), init=kw.get("init", "flood"))
+    return simulate(points, offsets, build_network(spec, n_agents, SEED), options)
+
+
+def run(path, out, n_ranks, spec, extra=()):
+    proc = run_mpi(n_ranks, ["run", path, "-k", 4, "--graph", spec, "--iters", 40, "--tol", 0,
+                             "--monitor-every", 1, "--seed", SEED, "--out", out, *extra])
+    assert proc.returncode == 0, proc.stderr
+    return read_result(out)
+
+
+@pytest.mark.parametrize("spec", GRAPHS)
+def test_mpi_equals_reference_on_1_to_4_ranks(dataset, tmp_path, spec):
+    path, points, offsets = dataset
+    expected = reference_for(points, offsets, spec)
+    results = [run(path, tmp_path / f"r{n}.h5", n, spec) for n in (1, 2, 3, 4)]
+    for n, got in zip((1, 2, 3, 4), results):
+        np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0,
+                                   err_msg=f"{n} ranks")
+        np.testing.assert_array_equal(got["assignments"], expected.assignments)
+        np.testing.assert_array_equal(got["initial_centers"], expected.initial_centers)
+        for name, series in expected.metrics.items():
+            if name != "seconds":
+                np.testing.assert_allclose(got["metrics"][name], series, rtol=1e-12, err_msg=name)
+        assert got["attrs"]["n_ranks"] == n and got["attrs"]["iterations"] == 40
+        # Rank count invariance to the last bit, not just to 1e-12.
+        np.testing.assert_array_equal(got["centers"], results[0]["centers"])
+        # And the objective the MPI run reports never increases.
+        objective = got["metrics"]["objective"]
+        assert (np.diff(objective) <= 1e-12 * objective[0]).all()
+
+
+def test_one_agent_per_rank_local_init(tmp_path):
+    path = tmp_path / "four.h5"
+    points, offsets = uneven_dataset(path, n_agents=6, seed=3)
+    got = run(path, tmp_path / "out.h5", 6, "ring", ["--init", "local"])
+    expected = reference_for(points, offsets, "ring", n_agents=6, init="local")
+    np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(got["assignments"], expected.assignments)
+
+
+def test_early_stop_matches_reference_and_writes_every_parameter(dataset, tmp_path):
+    path, points, offsets = dataset
+    out = tmp_path / "conv.h5"
+    proc = run_mpi(3, ["run", path, "-k", 4, "--graph", "torus", "--tol", "1e-9", "--rho", 2,
+                       "--alpha", 1, "--monitor-every", 5, "--seed", SEED, "--out", out])
+    assert proc.returncode == 0, proc.stderr
+    assert "converged" in proc.stdout and "nkmpi: iter" in proc.stdout
+    got = read_result(out)
+    expected = reference_for(points, offsets, "torus", rho=2.0, alpha=1.0, iters=1000, tol=1e-9,
+                             monitor_every=5)
+    assert expected.converged and got["attrs"]["converged"]
+    assert got["attrs"]["iterations"] == expected.iterations < 1000
+    np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
+    attrs = got["attrs"]
+    for key, value in {"n_clusters": 4, "rho": 2.0, "alpha": 1.0, "max_iter": 1000, "tol": 1e-9,
+                       "init": "flood", "seed": SEED, "monitor_every": 5, "graph": "torus",
+                       "n_agents": 12, "n_ranks": 3, "format": "nkmpi-result", "version": 1}.items():
+        assert attrs[key] == value, key
+    assert "nkmpi_version" in attrs
+    lengths = {len(series) for series in got["metrics"].values()}
+    assert lengths == {expected.iterations // 5}
+
+
+def test_default_output_next_to_the_data_and_float32(tmp_path):
+    path = tmp_path / "f32.h5"
+    points, offsets = uneven_dataset(path, dtype=np.float32)
+    proc = run_mpi(2, ["run", path, "-k", 3, "--iters", 15, "--quiet"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    got = read_result(tmp_path / "f32.result.h5")
+    expected = simulate(points, offsets, build_network("ring", 12),
+                        Options(n_clusters=3, max_iter=15, tol=1e-6))
+    np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
+    with h5py.File(tmp_path / "f32.result.h5") as f:
+        assert f["centers"].dtype == np.float64 and f["assignments"].dtype == np.int64
