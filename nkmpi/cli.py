@@ -19,7 +19,8 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError, agree
-from .graph import GRAPH_SPECS, block_placement, build_network, graph_stats, owners_from_bounds
+from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, graph_stats,
+                    owners_from_bounds)
 from .options import Options
 
 EXIT_INPUT_ERROR = 2
@@ -98,7 +99,7 @@ def read_init(spec):
 def options_from(args):
     return Options(n_clusters=args.clusters, rho=args.rho, alpha=args.alpha, max_iter=args.iters,
                    tol=args.tol, init=read_init(args.init), seed=args.seed,
-                   monitor_every=0 if args.quiet and args.monitor_every == 0 else args.monitor_every)
+                   monitor_every=args.monitor_every)
 
 
 def default_output(data):
@@ -106,10 +107,13 @@ def default_output(data):
     return root + ".result.h5"
 
 
-def run_attrs(args, options, info, network_spec, n_ranks):
+def run_attrs(args, options, info, n_ranks, result, seconds):
+    """Every parameter of the run, as stored in the result file's root attributes."""
     attrs = options.as_attrs()
-    attrs.update(data=os.path.abspath(args.data), graph=network_spec, n_ranks=n_ranks,
-                 n_agents=info.n_agents, n_points=info.n_points, n_features=info.n_features)
+    attrs.update(data=os.path.abspath(args.data), graph=default_spec(args.graph, info.edges),
+                 n_ranks=n_ranks, n_agents=info.n_agents, n_points=info.n_points,
+                 n_features=info.n_features, iterations=result.iterations,
+                 converged=result.converged, seconds=seconds)
     return attrs
 
 
@@ -130,15 +134,13 @@ def command_run(args, comm):
     if rank == 0 and not args.quiet:
         print(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
               f"K={options.n_clusters}, rho={options.rho:g}, alpha={options.alpha:g}, "
-              f"graph {args.graph or ('dataset' if info.edges is not None else 'ring')} "
+              f"graph {default_spec(args.graph, info.edges)} "
               f"({len(network.edges)} edges), {size} rank(s)", flush=True)
     started = time.perf_counter()
     result = driver.run(comm, points, offsets, np.arange(first, stop), network,
                         owners_from_bounds(bounds), options, stream)
     seconds = time.perf_counter() - started
-    attrs = run_attrs(args, options, info, args.graph or ("dataset" if info.edges is not None else "ring"),
-                      size)
-    attrs.update(iterations=result.iterations, converged=result.converged, seconds=seconds)
+    attrs = run_attrs(args, options, info, size, result, seconds)
     io.write_result(out, comm, n_agents=info.n_agents, n_points=info.n_points, agent_start=first,
                     centers=result.centers, initial_centers=result.initial_centers,
                     row_start=int(info.offsets[first]), assignments=result.labels,
@@ -167,9 +169,8 @@ def command_simulate(args):
     started = time.perf_counter()
     result = simulate(points, info.offsets, network, options, stream=None if args.quiet else sys.stdout)
     seconds = time.perf_counter() - started
-    attrs = run_attrs(args, options, info, args.graph or ("dataset" if info.edges is not None else "ring"), 1)
-    attrs.update(iterations=result.iterations, converged=result.converged, seconds=seconds,
-                 simulated=True)
+    attrs = run_attrs(args, options, info, 1, result, seconds)
+    attrs["simulated"] = True
     io.write_result(out, None, n_agents=info.n_agents, n_points=info.n_points, agent_start=0,
                     centers=result.centers, initial_centers=result.initial_centers, row_start=0,
                     assignments=result.assignments, metrics=result.metrics, attrs=attrs)
@@ -189,19 +190,11 @@ def command_info(args):
           f"{int((per_agent == 0).sum())} without points")
     print(f"labels    {'yes' if info.has_labels else 'no'}")
     print(f"graph     in file: {'%d edges' % len(info.edges) if info.edges is not None else 'no'}")
-    spec = args.graph or ("dataset" if info.edges is not None else "ring")
-    try:
-        network = build_network(spec, info.n_agents, args.seed, info.edges)
-    except InputError as exc:
-        if "not connected" not in str(exc):
-            raise
-        from .graph import Network
-        network = None
-        print(f"graph     {spec}: NOT connected ({exc})")
-    if network is not None:
-        stats = graph_stats(network)
-        print(f"graph     {spec}: {stats['edges']} edges, degree {stats['degree_min']}..{stats['degree_max']}, "
-              f"diameter {stats['diameter']}, lambda_2 {stats['lambda_2']:.6g}, connected yes")
+    spec = default_spec(args.graph, info.edges)
+    stats = graph_stats(build_network(spec, info.n_agents, args.seed, info.edges, require_connected=False))
+    print(f"graph     {spec}: {stats['edges']} edges, degree {stats['degree_min']}..{stats['degree_max']}, "
+          f"diameter {stats['diameter']}, lambda_2 {stats['lambda_2']:.6g}, "
+          f"connected {'yes' if stats['connected'] else 'NO: nkmpi run refuses it'}")
     return 0
 
 

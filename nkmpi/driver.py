@@ -81,30 +81,27 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     agents = np.asarray(agents, dtype=np.int64)
     shape = (options.n_clusters, points.shape[1])
     exchange = NeighbourExchange(comm, network, owner, agents, shape)
-    try:
-        centers = initial_centers(comm, exchange, points, offsets, agents, options)
-        start_centers = centers.copy()
-        row_agent = kernels.row_agents(offsets)
-        labels = np.full(points.shape[0], -1, dtype=np.int64)
-        monitor = Monitor(options, comm=comm, stream=stream)
-        iteration = 0
-        for iteration in range(1, options.max_iter + 1):
-            exchange.start(centers)
-            sums, counts, sse, changed = kernels.assign_and_accumulate(points, row_agent, centers, labels)
-            ext = exchange.finish(centers)
-            neighbour_total = kernels.neighbour_sum(ext, exchange.nbr_ptr, exchange.nbr_idx)
-            updated = kernels.center_update(centers, sums, counts, neighbour_total, exchange.degree,
-                                            options.rho, options.alpha)
-            stop = False
-            if options.is_monitor_point(iteration):
-                stop = monitor.record(iteration, sse.sum(),
-                                      kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b),
-                                      changed, kernels.largest_move(centers, updated))
-            centers = updated
-            if stop:
-                break
-        final_labels = kernels.nearest_labels(points, row_agent, centers)
-        return BlockResult(centers, start_centers, final_labels, monitor.metrics(), iteration,
-                           monitor.converged, exchange.bytes_sent)
-    finally:
-        exchange.free()
+    centers = initial_centers(comm, exchange, points, offsets, agents, options)
+    start_centers = centers.copy()
+    row_agent = kernels.row_agents(offsets)
+    labels = np.full(points.shape[0], -1, dtype=np.int64)
+    monitor = Monitor(options, comm=comm, stream=stream)
+    for iteration in range(1, options.max_iter + 1):
+        exchange.start(centers)
+        sums, counts, sse, changed = kernels.assign_and_accumulate(points, row_agent, centers, labels)
+        ext = exchange.finish(centers)
+        neighbour_total = kernels.neighbour_sum(ext, exchange.nbr_ptr, exchange.nbr_idx)
+        updated = kernels.center_update(centers, sums, counts, neighbour_total, exchange.degree,
+                                        options.rho, options.alpha)
+        stop = False
+        if options.is_monitor_point(iteration):
+            stop = monitor.record(iteration, sse.sum(),
+                                  kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b),
+                                  changed, kernels.largest_move(centers, updated))
+        centers = updated
+        if stop:
+            break
+    final_labels = kernels.nearest_labels(points, row_agent, centers)
+    exchange.free()
+    return BlockResult(centers, start_centers, final_labels, monitor.metrics(), iteration,
+                       monitor.converged, exchange.bytes_sent)

@@ -105,14 +105,21 @@ def _read_edge_file(path):
     return edges.reshape(-1, 2)
 
 
-def build_network(spec, n_agents, seed=0, dataset_edges=None):
+def default_spec(spec, dataset_edges):
+    """The graph a run uses: the spec given, else the dataset's own graph, else a ring."""
+    if spec is not None:
+        return spec
+    return "dataset" if dataset_edges is not None else "ring"
+
+
+def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=True):
     """The Network named by `spec` over `n_agents` agents; random graphs seeded by `seed`.
 
     spec None means the dataset's graph when it has one, else a ring.
-    A disconnected graph is an InputError: NK-means cannot reach agreement on it.
+    A disconnected graph is an InputError (NK-means cannot reach agreement on
+    it) unless require_connected is False.
     """
-    if spec is None:
-        spec = "dataset" if dataset_edges is not None else "ring"
+    spec = default_spec(spec, dataset_edges)
     name, _, arg = spec.partition(":")
     m = n_agents
     if name == "dataset":
@@ -150,7 +157,7 @@ def build_network(spec, n_agents, seed=0, dataset_edges=None):
             raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
         edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
     network = Network.from_edges(m, edges)
-    if not network.is_connected():
+    if require_connected and not network.is_connected():
         raise InputError(f"graph {spec!r} over {m} agents is not connected: agents could never agree "
                          "(use another seed, a denser graph, or a connected edge list)")
     return network

@@ -1,0 +1,133 @@
+"""The command line: errors agreed by every rank, info, simulate and summary."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import networkx as nx
+import numpy as np
+import pytest
+
+from conftest import run_mpi, run_script, uneven_dataset
+from nkmpi.io import read_result
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "uneven.h5"
+    uneven_dataset(path)
+    return path
+
+
+def nkmpi(*args):
+    return subprocess.run([sys.executable, "-m", "nkmpi", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def copy_with(src, dst, edit):
+    with h5py.File(src) as f_in, h5py.File(dst, "w") as f_out:
+        for key, value in f_in.attrs.items():
+            f_out.attrs[key] = value
+        for name in f_in:
+            f_in.copy(name, f_out)
+        edit(f_out)
+
+
+def nan_in_last_agent(f):
+    points = f["points"][()]
+    points[-1, 0] = np.nan              # only the last rank reads this row
+    del f["points"]
+    f["points"] = points
+
+
+@pytest.mark.parametrize("make_args,message", [
+    (lambda d, t: ["run", t / "missing.h5", "-k", 3], "no such file"),
+    (lambda d, t: ["run", d, "-k", 0], "positive integer"),
+    (lambda d, t: ["run", d, "-k", 3, "--alpha", 1.5], "alpha must be in (0, 1]"),
+    (lambda d, t: ["run", d, "-k", 3, "--graph", "er:p=0.01"], "not connected"),
+    (lambda d, t: ["run", d, "-k", 3, "--graph", "dataset"], "no graph/edges"),
+    (lambda d, t: ["run", d, "-k", 3, "--bogus"], "unrecognized arguments"),
+    (lambda d, t: ["run", d, "-k", 3, "--init", "file:" + str(t / "none.npy")], "no such file"),
+    (lambda d, t: ["run", d, "-k", 500], "distinct points"),
+    (lambda d, t: ["run", d, "-k", 3, "--out", t / "nodir" / "r.h5"], "does not exist"),
+])
+def test_bad_input_stops_every_rank_with_status_2(dataset, tmp_path, make_args, message):
+    args = make_args(dataset, tmp_path)
+    proc = run_mpi(2, args + ["--out", tmp_path / "out.h5"] if "--out" not in args else args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("nkmpi: error:") == 1 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.h5").exists() and not (tmp_path / "out.h5.partial").exists()
+
+
+def test_bad_row_seen_by_one_rank_only_stops_all(dataset, tmp_path):
+    bad = tmp_path / "nan.h5"
+    copy_with(dataset, bad, nan_in_last_agent)
+    proc = run_mpi(3, ["run", bad, "-k", 3, "--out", tmp_path / "out.h5"])
+    assert proc.returncode == 2
+    assert "(agent 11) contains NaN or Inf" in proc.stderr and proc.stderr.count("nkmpi: error:") == 1
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_init_file_wrong_shape(dataset, tmp_path):
+    np.save(tmp_path / "c.npy", np.zeros((3, 5)))
+    proc = run_mpi(2, ["run", dataset, "-k", 3, "--init", f"file:{tmp_path / 'c.npy'}",
+                       "--out", tmp_path / "out.h5"])
+    assert proc.returncode == 2 and "initial centers have 5 features" in proc.stderr
+
+
+def test_init_file_shared_by_all_agents(dataset, tmp_path):
+    start = np.array([[0.0, 0, 0], [5, 5, 5], [-5, -5, 5]])
+    with h5py.File(tmp_path / "init.h5", "w") as f:
+        f["centers"] = start
+    proc = run_mpi(2, ["run", dataset, "-k", 3, "--init", f"file:{tmp_path / 'init.h5'}", "--iters", 3,
+                       "--out", tmp_path / "out.h5"])
+    assert proc.returncode == 0, proc.stderr
+    initial = read_result(tmp_path / "out.h5")["initial_centers"]
+    np.testing.assert_array_equal(initial, np.broadcast_to(start, initial.shape))
+
+
+def test_info_reports_dataset_and_graph(dataset):
+    proc = nkmpi("info", dataset, "--graph", "torus")
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(dataset) as f:
+        sizes = np.diff(f["agent_offsets"][()])
+        n, p = f["points"].shape
+    torus = nx.convert_node_labels_to_integers(nx.grid_2d_graph(3, 4, periodic=True))
+    out = proc.stdout
+    assert f"N = {n}, p = {p}" in out and "M = 12" in out
+    assert f"min {sizes.min()}, median {np.median(sizes):g}, max {sizes.max()}" in out
+    assert f"diameter {nx.diameter(torus)}" in out and "degree 4..4" in out and "connected yes" in out
+    assert f"lambda_2 {nx.algebraic_connectivity(torus, tol=1e-12):.6g}" in out
+
+
+def test_info_on_a_bad_file(tmp_path):
+    (tmp_path / "text.h5").write_text("not hdf5")
+    proc = nkmpi("info", tmp_path / "text.h5")
+    assert proc.returncode == 2 and "nkmpi: error:" in proc.stderr and "not an HDF5 file" in proc.stderr
+
+
+def test_simulate_equals_run_and_summary(dataset, tmp_path):
+    common = ["-k", 4, "--graph", "ring", "--iters", 25, "--tol", 0, "--monitor-every", 5]
+    sim = nkmpi("simulate", dataset, *common, "--out", tmp_path / "sim.h5")
+    assert sim.returncode == 0, sim.stderr
+    proc = run_mpi(3, ["run", dataset, *common, "--out", tmp_path / "mpi.h5"])
+    assert proc.returncode == 0, proc.stderr
+    a, b = read_result(tmp_path / "sim.h5"), read_result(tmp_path / "mpi.h5")
+    np.testing.assert_array_equal(a["centers"], b["centers"])
+    np.testing.assert_array_equal(a["assignments"], b["assignments"])
+    summary = nkmpi("summary", tmp_path / "mpi.h5")
+    assert summary.returncode == 0, summary.stderr
+    assert "iterations    25 (not converged)" in summary.stdout
+    assert "centralized cost / centralized Lloyd" in summary.stdout
+
+
+@pytest.mark.parametrize("n_ranks,failing_rank", [(2, 1), (3, 0)])
+def test_failure_on_one_rank_ends_every_rank(dataset, tmp_path, n_ranks, failing_rank):
+    script = Path(__file__).parent / "mpi_scripts" / "fail_on_one_rank.py"
+    out = tmp_path / "out.h5"
+    proc = run_script(n_ranks, script, failing_rank, 5, "run", dataset, "-k", 3, "--iters", 100000,
+                      "--tol", 0, "--out", out, timeout=60)
+    assert proc.returncode != 0
+    assert f"rank {failing_rank} failed" in proc.stderr and "injected failure" in proc.stderr
+    assert not out.exists()
