@@ -26,7 +26,7 @@ test:
 demo:
 	@mkdir -p $(DEMO)
 	@test -f $(DEMO)/blobs.h5 || $(BIN)/python -m data_tools.generate $(DEMO)/blobs.h5 \
-		--clusters 6 --features 2 --points 9600 --agents 16 --partition by-cluster:3 --seed 1
+		--clusters 6 --features 2 --points 9600 --agents 16 --partition by-cluster:4 --seed 1
 	PATH=$(abspath $(BIN)):$$PATH mpiexec -n 4 nkmpi run $(DEMO)/blobs.h5 -k 6 --rho 100 --out $(DEMO)/result.h5
 	$(BIN)/nkmpi summary $(DEMO)/result.h5
 

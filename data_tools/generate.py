@@ -1,96 +1,157 @@
-"""Synthetic datasets: Gaussian blobs split over agents.
+"""Synthetic datasets: Gaussian blobs split over agents, of any size.
 
     python -m data_tools.generate OUT.h5 --clusters 6 --features 2 --points 9600 \\
-        --agents 16 --partition by-cluster:2 --seed 1
+        --agents 16 --partition by-cluster:3 --seed 1
 
-Partitions: `iid` (every agent draws from all clusters) and `by-cluster:c`
-(agent m sees only clusters m*c .. m*c+c-1, modulo K: non-IID data).
+Rows are drawn in chunks from fixed random streams (one per chunk), so a file
+far larger than memory is written in two passes over the same stream: the
+first counts each agent's rows, the second writes every row at its agent's
+place.  Memory stays at a few chunks whatever the number of points.
 """
 
 import argparse
+import os
 import sys
 
+import h5py
 import numpy as np
+from tqdm import tqdm
 
 from nkmpi.errors import InputError
 from nkmpi.graph import GRAPH_SPECS, build_network
+from nkmpi.io import DATASET_FORMAT, DATASET_VERSION
 
-from .dataset import group_by_agent, write_dataset
-
-
-def blob_centers(n_clusters, n_features, separation, rng):
-    """Cluster means spread in a cube so that they are well apart for the default spread."""
-    return rng.uniform(-separation, separation, size=(n_clusters, n_features))
+from .partition import PARTITIONS, parse_partition
 
 
-def partition(labels, spec, n_agents, n_clusters, rng):
-    """Agent of each point for a partition spec."""
-    name, _, arg = spec.partition(":")
-    if name == "iid":
-        return rng.integers(n_agents, size=len(labels))
-    if name == "by-cluster":
-        try:
-            per_agent = int(arg)
-        except ValueError:
-            raise InputError(f"partition {spec!r}: expected by-cluster:c with an integer c") from None
-        if not 1 <= per_agent <= n_clusters:
-            raise InputError(f"partition {spec!r}: c must be in 1..{n_clusters}")
-        seen_by = [[] for _ in range(n_clusters)]
-        for m in range(n_agents):
-            for j in range(per_agent):
-                seen_by[(m * per_agent + j) % n_clusters].append(m)
-        agent = np.empty(len(labels), dtype=np.int64)
-        for k in range(n_clusters):
-            rows = np.flatnonzero(labels == k)
-            if not seen_by[k]:
-                raise InputError(f"partition {spec!r}: cluster {k} is seen by no agent "
-                                 f"(need agents * c >= clusters)")
-            agent[rows] = np.asarray(seen_by[k])[rng.integers(len(seen_by[k]), size=len(rows))]
-        return agent
-    raise InputError(f"unknown partition {spec!r}: use iid or by-cluster:c")
+class Blobs:
+    """A Gaussian mixture: K means, weights and per-cluster linear shapes."""
+
+    def __init__(self, n_clusters, n_features, spread=1.0, separation=10.0, imbalance=1.0,
+                 anisotropy=1.0, seed=0):
+        rng = np.random.default_rng([seed, 0])
+        self.means = rng.uniform(-separation, separation, size=(n_clusters, n_features))
+        # Cluster k is imbalance**(k/(K-1)) times as likely as cluster 0.
+        weights = imbalance ** (np.arange(n_clusters) / max(n_clusters - 1, 1))
+        self.weights = weights / weights.sum()
+        self.shapes = None
+        if anisotropy != 1.0:
+            # A random rotation times axis scales between 1/anisotropy and 1, per cluster.
+            self.shapes = np.empty((n_clusters, n_features, n_features))
+            for k in range(n_clusters):
+                rotation, _ = np.linalg.qr(rng.standard_normal((n_features, n_features)))
+                scales = np.exp(rng.uniform(-np.log(anisotropy), 0, size=n_features))
+                self.shapes[k] = rotation * scales
+        self.spread = spread
+
+    def labels(self, n, rng):
+        return rng.choice(len(self.weights), size=n, p=self.weights)
+
+    def points(self, labels, rng, dtype=np.float64):
+        noise = rng.standard_normal((len(labels), self.means.shape[1]))
+        if self.shapes is not None:
+            noise = np.einsum("nij,nj->ni", self.shapes[labels], noise)
+        return (self.means[labels] + self.spread * noise).astype(dtype, copy=False)
 
 
-def generate(n_points, n_clusters, n_features, n_agents, partition_spec="iid", spread=1.0,
-             separation=10.0, seed=0, dtype=np.float64):
-    """Blobs split over agents: returns (points, offsets, labels), rows grouped by agent."""
-    rng = np.random.default_rng(seed)
-    means = blob_centers(n_clusters, n_features, separation, rng)
-    labels = rng.integers(n_clusters, size=n_points)
-    points = (means[labels] + spread * rng.standard_normal((n_points, n_features))).astype(dtype)
-    agent = partition(labels, partition_spec, n_agents, n_clusters, rng)
-    offsets, points, labels = group_by_agent(agent, n_agents, points, labels)
-    return points, offsets, labels
+def chunk_streams(seed, chunk):
+    """Three independent streams of a chunk: labels, points, partition draws."""
+    return (np.random.default_rng([seed, 1, chunk, s]) for s in range(3))
+
+
+def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", spread=1.0,
+             separation=10.0, imbalance=1.0, anisotropy=1.0, dtype="float64", graph=None, seed=0,
+             chunk_rows=None, progress=False):
+    """Write a dataset v1 file of blobs split over agents; returns its agent offsets."""
+    if n_points < 1 or n_clusters < 1 or n_features < 1:
+        raise InputError("points, clusters and features must all be at least 1")
+    dtype = np.dtype(dtype)
+    model = Blobs(n_clusters, n_features, spread, separation, imbalance, anisotropy, seed)
+    site_rng = np.random.default_rng([seed, 2])
+    rules = parse_partition(partition, n_agents, n_clusters, site_rng,
+                            site_sampler=lambda m: model.points(model.labels(m, site_rng), site_rng))
+    edges = build_network(graph, n_agents, seed).edges if graph else None
+    chunk_rows = chunk_rows or max(1024, (1 << 24) // (8 * n_features))
+    starts = range(0, n_points, chunk_rows)
+
+    def chunks(what):
+        bar = tqdm(total=n_points, unit="row", unit_scale=True, desc=what, disable=not progress,
+                   file=sys.stderr)
+        for index, start in enumerate(starts):
+            label_rng, point_rng, agent_rng = chunk_streams(seed, index)
+            labels = model.labels(min(chunk_rows, n_points - start), label_rng)
+            points = model.points(labels, point_rng, dtype) if (what == "writing"
+                                                                or rules.name == "spatial") else None
+            yield labels, points, rules.agents_of(labels, points, agent_rng)
+            bar.update(len(labels))
+        bar.close()
+
+    counts = np.zeros(n_agents, dtype=np.int64)
+    for _, _, agents in chunks("counting"):
+        counts += np.bincount(agents, minlength=n_agents)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    cursor = offsets[:-1].copy()
+    temporary = os.fspath(out) + ".partial"
+    try:
+        with h5py.File(temporary, "w") as f:
+            f.attrs["format"], f.attrs["version"] = DATASET_FORMAT, DATASET_VERSION
+            points_ds = f.create_dataset("points", (n_points, n_features), dtype=dtype)
+            labels_ds = f.create_dataset("labels", (n_points,), dtype=np.int64)
+            f["agent_offsets"] = offsets
+            if edges is not None:
+                f["graph/edges"] = edges
+            for labels, points, agents in chunks("writing"):
+                order = np.argsort(agents, kind="stable")
+                present, first = np.unique(agents[order], return_index=True)
+                bounds = np.append(first, len(order))
+                for agent, lo, hi in zip(present, bounds[:-1], bounds[1:]):
+                    rows = order[lo:hi]
+                    at = cursor[agent]
+                    points_ds[at:at + len(rows)] = points[rows]
+                    labels_ds[at:at + len(rows)] = labels[rows]
+                    cursor[agent] += len(rows)
+        os.replace(temporary, out)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    return offsets
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m data_tools.generate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="dataset v1 file to write")
-    parser.add_argument("--clusters", type=int, default=6)
-    parser.add_argument("--features", type=int, default=2)
-    parser.add_argument("--points", type=int, default=10000)
-    parser.add_argument("--agents", type=int, default=16)
-    parser.add_argument("--partition", default="iid", help="iid or by-cluster:c")
-    parser.add_argument("--spread", type=float, default=1.0, help="standard deviation of each blob")
-    parser.add_argument("--separation", type=float, default=10.0, help="means drawn in [-s, s]^p")
+    parser.add_argument("--points", type=int, default=10000, help="N (default 10000)")
+    parser.add_argument("--clusters", type=int, default=6, help="K (default 6)")
+    parser.add_argument("--features", type=int, default=2, help="p (default 2)")
+    parser.add_argument("--agents", type=int, default=16, help="M (default 16)")
+    parser.add_argument("--partition", default="iid", help=f"{', '.join(PARTITIONS)} (default iid)")
+    parser.add_argument("--spread", type=float, default=1.0, help="standard deviation of a blob (default 1)")
+    parser.add_argument("--separation", type=float, default=10.0,
+                        help="means drawn uniformly in [-s, s]^p (default 10)")
+    parser.add_argument("--imbalance", type=float, default=1.0,
+                        help="largest / smallest cluster weight (default 1: equal sizes)")
+    parser.add_argument("--anisotropy", type=float, default=1.0,
+                        help="longest / shortest axis of each blob, randomly rotated (default 1: round)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--graph", default=None, metavar="SPEC",
                         help="store this graph in graph/edges: " + ", ".join(GRAPH_SPECS[:-1]))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk (default: 16 MB of points)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     try:
-        points, offsets, labels = generate(args.points, args.clusters, args.features, args.agents,
-                                           args.partition, args.spread, args.separation, args.seed,
-                                           np.dtype(args.dtype))
-        edges = None
-        if args.graph:
-            edges = build_network(args.graph, args.agents, args.seed).edges
-        write_dataset(args.out, points, offsets, labels, edges)
+        offsets = generate(args.out, args.points, args.clusters, args.features, args.agents,
+                           args.partition, args.spread, args.separation, args.imbalance,
+                           args.anisotropy, args.dtype, args.graph, args.seed, args.chunk_rows,
+                           progress=not args.quiet)
     except InputError as exc:
         print(f"nkmpi: error: {exc}", file=sys.stderr)
         return 2
+    sizes = np.diff(offsets)
     print(f"wrote {args.out}: {args.points} points x {args.features} features, {args.clusters} clusters, "
-          f"{args.agents} agents ({args.partition})")
+          f"{args.agents} agents ({args.partition}; {sizes.min()}..{sizes.max()} points per agent)")
     return 0
 
 

@@ -21,6 +21,7 @@ from . import __version__
 from .errors import InputError, agree
 from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, graph_stats,
                     owners_from_bounds)
+from .init import check_enough_distinct, distinct_rows
 from .options import Options
 
 EXIT_INPUT_ERROR = 2
@@ -129,6 +130,8 @@ def command_run(args, comm):
     bounds = agree(comm, block_placement, info.points_per_agent, size)
     first, stop = int(bounds[rank]), int(bounds[rank + 1])
     points = agree(comm, io.read_rows, info, first, stop)
+    samples = comm.allgather(distinct_rows(points, options.n_clusters))
+    agree(comm, check_enough_distinct, samples, options.n_clusters)
     offsets = info.offsets[first:stop + 1] - info.offsets[first]
     stream = None if args.quiet or rank != 0 else sys.stdout
     if rank == 0 and not args.quiet:
@@ -164,6 +167,7 @@ def command_simulate(args):
     options = options_from(args)
     info, points = io.read_all(args.data)
     options.check_features(info.n_features)
+    check_enough_distinct([distinct_rows(points, options.n_clusters)], options.n_clusters)
     io.check_output(out)
     network = build_network(args.graph, info.n_agents, options.seed, info.edges)
     started = time.perf_counter()

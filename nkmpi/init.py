@@ -15,12 +15,31 @@ Missing centers are NaN, so the rounds need nothing but the usual exchange.
 
 import numpy as np
 
+from .errors import InputError
+
 
 def has_distinct(points, n_clusters):
     """True when `points` holds at least `n_clusters` distinct rows (k-means++ needs them)."""
     if points.shape[0] < n_clusters:
         return False
     return np.unique(points, axis=0).shape[0] >= n_clusters
+
+
+def distinct_rows(points, limit, chunk=4096):
+    """Up to `limit` distinct rows of `points`, reading no further than needed."""
+    found = points[:0]
+    for start in range(0, len(points), chunk):
+        found = np.unique(np.concatenate([found, points[start:start + chunk]]), axis=0)
+        if len(found) >= limit:
+            return found[:limit]
+    return found
+
+
+def check_enough_distinct(samples, n_clusters):
+    """InputError unless the union of per-rank `distinct_rows` samples has K rows."""
+    found = np.unique(np.concatenate(samples), axis=0).shape[0]
+    if found < n_clusters:
+        raise InputError(f"the data hold only {found} distinct points, fewer than K = {n_clusters}")
 
 
 def kmeans_plusplus(points, n_clusters, rng):

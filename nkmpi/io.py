@@ -67,8 +67,10 @@ def _read_metadata(path, f):
         fmt = fmt.decode()
     if fmt != DATASET_FORMAT:
         _fail(path, f"format attribute is {fmt!r}, expected {DATASET_FORMAT!r}")
-    if f.attrs.get("version") != DATASET_VERSION:
-        _fail(path, f"dataset version {f.attrs.get('version')!r} is not supported (expected {DATASET_VERSION})")
+    version = f.attrs.get("version")
+    if version != DATASET_VERSION:
+        shown = version.item() if isinstance(version, np.generic) else version
+        _fail(path, f"dataset version {shown!r} is not supported (expected {DATASET_VERSION})")
     for name in ("points", "agent_offsets"):
         if not isinstance(f.get(name), h5py.Dataset):
             _fail(path, f"missing dataset {name!r}")
@@ -124,6 +126,14 @@ def read_rows(info, first_agent, stop_agent):
         agent = int(np.searchsorted(info.offsets, row, side="right")) - 1
         _fail(info.path, f"points row {row} (agent {agent}) contains NaN or Inf")
     return rows
+
+
+def read_labels(info, first_agent, stop_agent):
+    """Ground-truth labels of agents first_agent..stop_agent-1 (None when the file has none)."""
+    if not info.has_labels:
+        return None
+    with h5py.File(info.path, "r") as f:
+        return f["labels"][int(info.offsets[first_agent]):int(info.offsets[stop_agent])]
 
 
 def read_all(path):
