@@ -66,6 +66,8 @@ def make_parser():
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run NK-means under MPI (mpiexec -n R nkmpi run ...)")
     _add_run_options(run)
+    run.add_argument("--threads", type=int, default=1,
+                     help="compute threads per rank, each taking whole agents (default 1)")
     simulate = sub.add_parser("simulate", help="run NK-means serially with the reference simulator")
     _add_run_options(simulate)
     info = sub.add_parser("info", help="describe a dataset and a communication graph")
@@ -98,6 +100,8 @@ def read_init(spec):
 
 
 def options_from(args):
+    if getattr(args, "threads", 1) < 1:
+        raise InputError(f"--threads must be at least 1, got {args.threads}")
     return Options(n_clusters=args.clusters, rho=args.rho, alpha=args.alpha, max_iter=args.iters,
                    tol=args.tol, init=read_init(args.init), seed=args.seed,
                    monitor_every=args.monitor_every)
@@ -119,10 +123,11 @@ def run_attrs(args, options, info, n_ranks, result, seconds):
 
 
 def command_run(args, comm):
-    from . import driver, io
+    from . import driver, io, kernels
     rank, size = comm.Get_rank(), comm.Get_size()
     out = args.out or default_output(args.data)
     options = agree(comm, options_from, args)
+    kernels.set_threads(args.threads)
     info = agree(comm, io.open_dataset, args.data)
     agree(comm, options.check_features, info.n_features)
     agree(comm, io.check_output if rank == 0 else (lambda path: None), out)
@@ -240,14 +245,14 @@ def main(argv=None):
 
 def main_mpi(argv):
     """`nkmpi run`: every rank runs this; failures end every rank."""
-    from threadpoolctl import threadpool_limits
     from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
-        with threadpool_limits(limits=1):
+        with threadpool_limits(limits=1):          # no BLAS threads beside the kernels'
             return command_run(args, comm)
     except InputError as exc:
         if exc.collective or comm.Get_size() == 1:

@@ -25,7 +25,7 @@ class BlockResult:
     """One rank's share of a run's outcome.
 
     centers, initial_centers : (L, K, p) for the rank's agents.
-    labels : (n,) each local row's nearest center among its own agent's final centers.
+    labels : (n,) int32, each local row's nearest center among its own agent's final centers.
     metrics : dict of 1-D arrays on rank 0 (empty elsewhere).
     bytes_sent : bytes this rank sends to its neighbours per iteration.
     """
@@ -83,15 +83,13 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     exchange = NeighbourExchange(comm, network, owner, agents, shape)
     centers = initial_centers(comm, exchange, points, offsets, agents, options)
     start_centers = centers.copy()
-    row_agent = kernels.row_agents(offsets)
-    labels = np.full(points.shape[0], -1, dtype=np.int64)
+    labels = np.full(points.shape[0], -1, dtype=np.int32)
     monitor = Monitor(options, comm=comm, stream=stream)
     for iteration in range(1, options.max_iter + 1):
         exchange.start(centers)
-        sums, counts, sse, changed = kernels.assign_and_accumulate(points, row_agent, centers, labels)
+        sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels)
         ext = exchange.finish(centers)
-        neighbour_total = kernels.neighbour_sum(ext, exchange.nbr_ptr, exchange.nbr_idx)
-        updated = kernels.center_update(centers, sums, counts, neighbour_total, exchange.degree,
+        updated = kernels.center_update(centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums, counts,
                                         options.rho, options.alpha)
         stop = False
         if options.is_monitor_point(iteration):
@@ -101,7 +99,7 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
         centers = updated
         if stop:
             break
-    final_labels = kernels.nearest_labels(points, row_agent, centers)
+    kernels.nearest_labels(points, offsets, centers, labels)
     exchange.free()
-    return BlockResult(centers, start_centers, final_labels, monitor.metrics(), iteration,
+    return BlockResult(centers, start_centers, labels, monitor.metrics(), iteration,
                        monitor.converged, exchange.bytes_sent)

@@ -31,6 +31,7 @@ class NKMeans:
     random_state : int, seeds k-means++ and random graph specs.
     monitor_every : int, gather metrics and test convergence every this many
         iterations (0: only at the end, no early stop).
+    n_threads : compute threads of this rank (default 1: one per rank under MPI).
     comm : mpi4py communicator (default MPI.COMM_WORLD).
 
     Attributes after fit
@@ -45,7 +46,7 @@ class NKMeans:
     """
 
     def __init__(self, n_clusters=8, *, rho=10.0, alpha=0.5, max_iter=1000, tol=1e-6, init="flood",
-                 random_state=0, monitor_every=10, comm=None):
+                 random_state=0, monitor_every=10, n_threads=1, comm=None):
         self.n_clusters = n_clusters
         self.rho = rho
         self.alpha = alpha
@@ -54,6 +55,7 @@ class NKMeans:
         self.init = init
         self.random_state = random_state
         self.monitor_every = monitor_every
+        self.n_threads = n_threads
         self.comm = comm
 
     def _options(self):
@@ -73,7 +75,8 @@ class NKMeans:
         """
         from mpi4py import MPI
 
-        from . import driver
+        from . import driver, kernels
+        kernels.set_threads(self.n_threads)
         comm = self.comm if self.comm is not None else MPI.COMM_WORLD
         X = np.ascontiguousarray(X)
         if X.dtype not in (np.float32, np.float64):
@@ -117,7 +120,7 @@ class NKMeans:
         network = agree(comm, _network, graph, n_agents, options.seed)
         result = driver.run(comm, X, offsets, agents, network, owner, options, stream=None)
         self.cluster_centers_ = result.centers
-        self.labels_ = result.labels
+        self.labels_ = result.labels.astype(np.int64)
         self.n_iter_ = result.iterations
         self.converged_ = result.converged
         self.metrics_ = comm.bcast(result.metrics, root=0)
@@ -133,7 +136,7 @@ class NKMeans:
         if len(offsets) - 1 != len(self.cluster_centers_):
             raise InputError(f"predict needs rows grouped by this rank's {len(self.cluster_centers_)} "
                              "agents: pass agent_offsets")
-        return kernels.nearest_labels(X, kernels.row_agents(offsets), self.cluster_centers_)
+        return kernels.nearest_labels(X, offsets, self.cluster_centers_).astype(np.int64)
 
     def fit_predict(self, X, agent_offsets=None, graph="ring", agents=None):
         return self.fit(X, agent_offsets, graph, agents).labels_

@@ -33,7 +33,6 @@ class NeighbourExchange:
     --------------------------
     nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, ascending global id.
     edge_a, edge_b : rows of `ext` for each edge (a < b) whose lower end is a block agent.
-    degree : neighbours of each block agent.
     """
 
     def __init__(self, comm, network, owner, agents, shape):
@@ -44,8 +43,8 @@ class NeighbourExchange:
         block_size = int(np.prod(self.shape))
 
         starts, stops = network.indptr[agents], network.indptr[agents + 1]
-        self.degree = stops - starts
-        source = np.repeat(np.arange(n_local), self.degree)        # block index of u
+        degree = stops - starts
+        source = np.repeat(np.arange(n_local), degree)             # block index of u
         target = network.indices[concat_ranges(starts, stops)]     # global id of v, ascending per u
         target_rank = owner[target]
         remote = target_rank != rank
@@ -67,7 +66,7 @@ class NeighbourExchange:
         ext_ids = np.concatenate([agents, ghosts])
         order = np.argsort(ext_ids, kind="stable")
         ext_row = order[np.searchsorted(ext_ids[order], target)]
-        self.nbr_ptr = np.concatenate([[0], np.cumsum(self.degree)]).astype(np.int64)
+        self.nbr_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
         self.nbr_idx = ext_row.astype(np.int64)
         lower = agents[source] < target
         self.edge_a, self.edge_b = source[lower], ext_row[lower]

@@ -1,122 +1,161 @@
-"""Numerical kernels of NK-means for a block of agents.
+"""Numerical kernels of NK-means for a block of agents (numba, no MPI).
 
-Pure numpy, no MPI.  Every kernel works on a *block*: the agents one rank
-hosts, their rows stacked in agent order.  Results for one agent never depend
-on which other agents share its block, so the outcome of a run does not depend
-on the number of ranks.  To keep that true to the last bit, every reduction
-that feeds the centers runs in a fixed order: distances sum over the features
-of one point, cluster sums and counts accumulate rows in dataset order, and
-neighbour centers are added in ascending agent id.
+Every kernel works on a *block*: the agents one rank hosts, their rows stacked
+in agent order and delimited by block-local offsets.  An agent's results never
+depend on which other agents share its block, so a run's outcome does not
+depend on the number of ranks, to the last bit.  For that every reduction runs
+in a fixed order, the same as in the serial reference:
+
+* squared distances add the features of one point in feature order, in the
+  data's precision (float32 data is compared with float32 copies of the
+  centers: no upcast copy of the points);
+* cluster sums (float64) and counts accumulate rows in dataset order;
+* neighbour centers are added in ascending global agent id.
+
+No fastmath: reassociation would break the agreement with the reference.
+Threads (`set_threads`) split the agents of a block, never one agent's rows,
+so results do not depend on the thread count either.
 """
 
+import numba
 import numpy as np
+from numba import njit, prange
 
-#: Rows per chunk of the assignment pass: bounds the (rows, K, p) temporary.
-CHUNK_ROWS = 256
-
-
-def row_agents(offsets):
-    """Index (within the block) of the agent owning each row, from block offsets."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    return np.repeat(np.arange(len(offsets) - 1, dtype=np.intp), np.diff(offsets))
+_JIT = dict(cache=True, nogil=True)
 
 
-def squared_distances(points, centers):
-    """||y - c||^2 for rows `points` (n, p) against `centers` (n, K, p) or (K, p).
-
-    Computed from differences, not by the GEMM expansion, so that a point's
-    distances are exact to rounding and identical wherever it is computed.
-    """
-    diff = points[:, None, :] - centers
-    return (diff * diff).sum(axis=-1)
+def set_threads(n_threads):
+    """Compute threads of this process's kernels (one per rank by default)."""
+    numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
 
 
-def assign_and_accumulate(points, row_agent, centers, labels):
+@njit(parallel=True, **_JIT)
+def _assign(points, offsets, centers, labels, sums, counts, sse, changed):
+    n_agents, n_clusters, n_features = centers.shape
+    for a in prange(n_agents):
+        # The agent's centers, transposed and in the data's precision, so that the
+        # inner loop runs over clusters: vectorizable with no reassociation.
+        ct = np.empty((n_features, n_clusters), dtype=points.dtype)
+        for k in range(n_clusters):
+            for j in range(n_features):
+                ct[j, k] = centers[a, k, j]
+        dist = np.empty(n_clusters, dtype=points.dtype)
+        agent_sse = 0.0
+        agent_changed = 0
+        for i in range(offsets[a], offsets[a + 1]):
+            dist[:] = 0
+            for j in range(n_features):
+                y = points[i, j]
+                for k in range(n_clusters):
+                    diff = y - ct[j, k]
+                    dist[k] += diff * diff
+            best = 0
+            for k in range(1, n_clusters):
+                if dist[k] < dist[best]:        # strict: ties go to the lowest k
+                    best = k
+            if labels[i] != best:
+                agent_changed += 1
+                labels[i] = best
+            agent_sse += np.float64(dist[best])
+            counts[a, best] += 1
+            for j in range(n_features):
+                sums[a, best, j] += np.float64(points[i, j])
+        sse[a] = agent_sse
+        changed[a] = agent_changed
+
+
+def assign_and_accumulate(points, offsets, centers, labels):
     """One assignment pass (eq. 25) with the statistics of the center update.
 
-    Parameters
-    ----------
-    points : (n, p) array, the block's rows.
-    row_agent : (n,) int array, block index of each row's agent.
-    centers : (L, K, p) float64, the block's current centers.
-    labels : (n,) int64, previous labels (-1: none yet); overwritten.
+    points : (n, p) float32/float64, the block's rows; offsets : (L+1,) block-local.
+    centers : (L, K, p) float64; labels : (n,) int32, previous labels (-1: none), overwritten.
 
-    Returns
-    -------
-    sums : (L, K, p) float64, per-agent per-cluster sums of the rows.
-    counts : (L, K) int64, per-agent cluster sizes.
-    sse : (L,) float64, per-agent sum of squared distances to the nearest center.
-    changed : int, rows whose label differs from the previous one.
+    Returns sums (L, K, p) float64, counts (L, K) int64, sse (L,) float64 (sum of
+    each row's squared distance to its nearest center) and the number of rows
+    whose label changed.
     """
     n_agents, n_clusters, n_features = centers.shape
-    n_rows = points.shape[0]
-    cell = np.empty(n_rows, dtype=np.intp)
-    nearest = np.empty(n_rows, dtype=np.float64)
-    changed = 0
-    for start in range(0, n_rows, CHUNK_ROWS):
-        stop = min(start + CHUNK_ROWS, n_rows)
-        dist = squared_distances(points[start:stop], centers[row_agent[start:stop]])
-        chunk_labels = dist.argmin(axis=1)          # first minimum: ties go to the lowest k
-        nearest[start:stop] = dist[np.arange(stop - start), chunk_labels]
-        changed += int(np.count_nonzero(chunk_labels != labels[start:stop]))
-        labels[start:stop] = chunk_labels
-        cell[start:stop] = row_agent[start:stop] * n_clusters + chunk_labels
-    n_cells = n_agents * n_clusters
-    sums = np.empty((n_cells, n_features), dtype=np.float64)
-    for j in range(n_features):
-        # bincount adds the weights in row order: the same order as the reference.
-        sums[:, j] = np.bincount(cell, weights=points[:, j], minlength=n_cells)
-    counts = np.bincount(cell, minlength=n_cells).astype(np.int64)
-    sse = np.bincount(row_agent, weights=nearest, minlength=n_agents)
-    return (sums.reshape(n_agents, n_clusters, n_features),
-            counts.reshape(n_agents, n_clusters), sse, changed)
+    sums = np.zeros((n_agents, n_clusters, n_features))
+    counts = np.zeros((n_agents, n_clusters), dtype=np.int64)
+    sse = np.zeros(n_agents)
+    changed = np.zeros(n_agents, dtype=np.int64)
+    _assign(points, offsets, centers, labels, sums, counts, sse, changed)
+    return sums, counts, sse, int(changed.sum())
 
 
-def nearest_labels(points, row_agent, centers):
-    """Label of each row: its nearest center among its own agent's centers."""
-    labels = np.full(points.shape[0], -1, dtype=np.int64)
-    assign_and_accumulate(points, row_agent, centers, labels)
-    return labels
+@njit(parallel=True, **_JIT)
+def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out):
+    n_agents, n_clusters, n_features = centers.shape
+    for a in prange(n_agents):
+        degree = nbr_ptr[a + 1] - nbr_ptr[a]
+        total = np.zeros((n_clusters, n_features))
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            row = nbr_idx[e]
+            for k in range(n_clusters):
+                for j in range(n_features):
+                    total[k, j] += ext[row, k, j]
+        for k in range(n_clusters):
+            weight = counts[a, k] / rho + degree
+            for j in range(n_features):
+                x = centers[a, k, j]
+                if weight == 0:                 # no points, no neighbours: keep the center
+                    out[a, k, j] = x
+                else:
+                    mu = (sums[a, k, j] / rho + total[k, j]) / weight
+                    out[a, k, j] = x - alpha * (x - mu)
 
 
-def neighbour_sum(centers_ext, nbr_ptr, nbr_idx):
-    """Sum of each agent's neighbours' centers (eq. 26, second term).
+def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha):
+    """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
-    `centers_ext` holds the block's centers followed by those received from
-    other ranks; agent i's neighbours are rows nbr_idx[nbr_ptr[i]:nbr_ptr[i+1]]
-    of it, listed in ascending global agent id, and are added in that order.
+    Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
+    block's centers followed by those received), in ascending global id.  An
+    empty local cluster averages the neighbours; a cluster with neither points
+    nor neighbours keeps its center.
     """
-    n_agents = len(nbr_ptr) - 1
-    degree = np.diff(nbr_ptr)
-    total = np.zeros((n_agents,) + centers_ext.shape[1:], dtype=np.float64)
-    for slot in range(int(degree.max(initial=0))):
-        agents = np.flatnonzero(degree > slot)
-        total[agents] += centers_ext[nbr_idx[nbr_ptr[agents] + slot]]
+    out = np.empty_like(centers)
+    _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha), out)
+    return out
+
+
+@njit(**_JIT)
+def _disagreement(ext, edge_a, edge_b):
+    total = 0.0
+    for e in range(edge_a.shape[0]):
+        a, b = edge_a[e], edge_b[e]
+        for k in range(ext.shape[1]):
+            for j in range(ext.shape[2]):
+                diff = ext[a, k, j] - ext[b, k, j]
+                total += diff * diff
     return total
 
 
-def center_update(centers, sums, counts, nbr_total, degree, rho, alpha):
-    """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
-
-    An empty local cluster averages the neighbours; a cluster with neither
-    points nor neighbours (an isolated agent) keeps its center.
-    """
-    weight = counts / rho + np.asarray(degree, dtype=np.float64)[:, None]
-    lonely = weight == 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mu = (sums / rho + nbr_total) / weight[:, :, None]
-    mu[lonely] = centers[lonely]
-    return centers - alpha * (centers - mu)
+def edge_disagreement(ext, edge_a, edge_b):
+    """sum over edges (a, b) of sum_k ||x_a^k - x_b^k||^2, rows indexing `ext`."""
+    return float(_disagreement(ext, edge_a, edge_b))
 
 
-def edge_disagreement(centers_ext, edge_a, edge_b):
-    """sum over edges (a, b) of sum_k ||x_a^k - x_b^k||^2, rows indexing centers_ext."""
-    diff = centers_ext[edge_a] - centers_ext[edge_b]
-    return float((diff * diff).sum())
+@njit(**_JIT)
+def _largest_move(old, new):
+    largest = 0.0
+    for a in range(old.shape[0]):
+        for k in range(old.shape[1]):
+            step = 0.0
+            for j in range(old.shape[2]):
+                diff = new[a, k, j] - old[a, k, j]
+                step += diff * diff
+            largest = max(largest, step)
+    return np.sqrt(largest)
 
 
 def largest_move(old, new):
     """Largest Euclidean distance any center moved."""
-    if old.size == 0:
-        return 0.0
-    return float(np.sqrt(((new - old) ** 2).sum(axis=-1)).max())
+    return float(_largest_move(old, new))
+
+
+def nearest_labels(points, offsets, centers, labels=None):
+    """Each row's nearest center among its own agent's centers (into `labels` if given)."""
+    if labels is None:
+        labels = np.full(points.shape[0], -1, dtype=np.int32)
+    assign_and_accumulate(points, offsets, centers, labels)
+    return labels

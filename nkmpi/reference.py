@@ -65,9 +65,15 @@ def initial_centers(rows, network, options):
 
 
 def nearest(rows, centers):
-    """Squared distances of one agent's rows to its K centers, and the nearest index."""
-    diff = rows[:, None, :] - centers[None, :, :]
-    dist = (diff * diff).sum(axis=-1)
+    """Squared distances of one agent's rows to its K centers, and the nearest index.
+
+    In the data's precision, adding features in order; ties go to the lowest k.
+    """
+    centers = centers.astype(rows.dtype)
+    dist = np.zeros((len(rows), len(centers)), dtype=rows.dtype)
+    for j in range(rows.shape[1]):
+        diff = rows[:, j, None] - centers[None, :, j]
+        dist += diff * diff
     return dist, dist.argmin(axis=1)
 
 
@@ -94,7 +100,7 @@ def simulate(points, offsets, network, options, stream=None):
             dist, new_labels = nearest(rows[m], centers[m])
             changed += int((new_labels != labels[m]).sum())
             labels[m] = new_labels
-            sse += float(dist[np.arange(len(new_labels)), new_labels].sum())
+            sse += float(dist[np.arange(len(new_labels)), new_labels].astype(np.float64).sum())
             np.add.at(sums[m], new_labels, rows[m])
             counts[m] = np.bincount(new_labels, minlength=k)
         updated = np.empty_like(centers)
@@ -126,7 +132,7 @@ def centralized_cost(points, centers):
     total = 0.0
     for start in range(0, len(points), 65536):
         dist, labels = nearest(points[start:start + 65536], centers)
-        total += float(dist[np.arange(len(labels)), labels].sum())
+        total += float(dist[np.arange(len(labels)), labels].astype(np.float64).sum())
     return total
 
 

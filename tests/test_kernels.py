@@ -1,7 +1,9 @@
-"""The block kernels against the plain per-agent reference formulas."""
+"""The compiled block kernels against the plain per-agent reference formulas."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nkmpi import kernels
 from nkmpi.reference import nearest
@@ -17,21 +19,13 @@ def reference_block(points, offsets, centers):
         labels.append(lab)
         np.add.at(sums[m], lab, rows)
         counts[m] = np.bincount(lab, minlength=k)
-        sse[m] = dist[np.arange(len(lab)), lab].sum()
+        sse[m] = dist[np.arange(len(lab)), lab].astype(np.float64).sum()
     return np.concatenate(labels), sums, counts, sse
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("k,p", [(1, 1), (3, 1), (1, 4), (5, 3), (8, 17)])
-def test_assign_and_accumulate_matches_reference(dtype, k, p):
-    rng = np.random.default_rng(k * 100 + p)
-    sizes = np.array([0, 7, 300, 1, 0, 45])          # empty agents and a block over chunk size
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    points = rng.standard_normal((offsets[-1], p)).astype(dtype)
-    centers = rng.standard_normal((len(sizes), k, p))
-    labels = np.full(len(points), -1, dtype=np.int64)
-    sums, counts, sse, changed = kernels.assign_and_accumulate(
-        points, kernels.row_agents(offsets), centers, labels)
+def check_block(points, offsets, centers):
+    labels = np.full(len(points), -1, dtype=np.int32)
+    sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels)
     ref_labels, ref_sums, ref_counts, ref_sse = reference_block(points, offsets, centers)
     np.testing.assert_array_equal(labels, ref_labels)
     np.testing.assert_array_equal(sums, ref_sums)        # same reduction order: bitwise
@@ -40,37 +34,87 @@ def test_assign_and_accumulate_matches_reference(dtype, k, p):
     assert changed == len(points)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k,p", [(1, 1), (3, 1), (1, 4), (5, 3), (8, 17), (16, 32)])
+def test_assign_and_accumulate_matches_reference(dtype, k, p):
+    rng = np.random.default_rng(k * 100 + p)
+    sizes = np.array([0, 7, 300, 1, 0, 45])          # agents without points
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    points = rng.standard_normal((offsets[-1], p)).astype(dtype)
+    check_block(points, offsets, rng.standard_normal((len(sizes), k, p)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**32 - 1),
+       st.sampled_from([np.float32, np.float64]))
+def test_random_blocks_with_ties(n_agents, k, p, seed, dtype):
+    """Small integer grids make exact ties and empty clusters common."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 20, size=n_agents)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    points = rng.integers(-2, 3, size=(offsets[-1], p)).astype(dtype)
+    centers = rng.integers(-2, 3, size=(n_agents, k, p)).astype(np.float64) / 2
+    check_block(points, offsets, centers)
+
+
 def test_ties_go_to_lowest_cluster_and_changed_counts():
     points = np.array([[0.0], [1.0], [2.0]])
     centers = np.array([[[1.0], [1.0], [3.0]]])       # clusters 0 and 1 coincide
-    labels = np.array([1, 1, 2])
-    sums, counts, sse, changed = kernels.assign_and_accumulate(points, np.zeros(3, int), centers, labels)
+    labels = np.array([1, 1, 2], dtype=np.int32)
+    sums, counts, sse, changed = kernels.assign_and_accumulate(points, np.array([0, 3]), centers, labels)
     np.testing.assert_array_equal(labels, [0, 0, 0])   # 2.0 is 1 from both 1.0 and 3.0: lowest k
     assert changed == 3
     np.testing.assert_array_equal(counts, [[3, 0, 0]])  # clusters 1 and 2 empty
-    assert sse[0] == pytest.approx(1 + 0 + 1)
+    assert sse[0] == 1 + 0 + 1
 
 
-def test_center_update_fixed_point_and_isolated_agent():
+def test_center_update_against_the_equations():
     rng = np.random.default_rng(1)
-    centers = rng.standard_normal((2, 3, 2))
-    sums = rng.standard_normal((2, 3, 2))
-    counts = np.array([[2, 0, 1], [0, 0, 0]])
-    degree = np.array([2, 0])
-    nbr_total = rng.standard_normal((2, 3, 2))
-    nbr_total[1] = 0
+    n_local, k, p = 3, 4, 2
+    ext = rng.standard_normal((6, k, p))              # rows 0..2 the block, 3..5 ghosts
+    centers = ext[:n_local].copy()
+    nbr_ptr = np.array([0, 3, 3, 4])                  # agent 1 is isolated
+    nbr_idx = np.array([1, 3, 5, 0])
+    sums = rng.standard_normal((n_local, k, p))
+    counts = rng.integers(0, 3, size=(n_local, k))
+    counts[0, 1] = 0                                  # an empty local cluster
     rho, alpha = 4.0, 0.7
-    new = kernels.center_update(centers, sums, counts, nbr_total, degree, rho, alpha)
-    mu = (sums[0] / rho + nbr_total[0]) / (counts[0] / rho + 2)[:, None]
-    np.testing.assert_allclose(new[0], centers[0] + alpha * (mu - centers[0]), rtol=1e-14)
-    np.testing.assert_array_equal(new[1], centers[1])   # no points, no neighbours: keeps its centers
+    new = kernels.center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha)
+    for a in range(n_local):
+        nbrs = nbr_idx[nbr_ptr[a]:nbr_ptr[a + 1]]
+        total = np.zeros((k, p))
+        for row in nbrs:
+            total += ext[row]
+        weight = counts[a] / rho + len(nbrs)
+        for c in range(k):
+            if weight[c] == 0:
+                np.testing.assert_array_equal(new[a, c], centers[a, c])
+            else:
+                mu = (sums[a, c] / rho + total[c]) / weight[c]
+                np.testing.assert_array_equal(new[a, c], centers[a, c] - alpha * (centers[a, c] - mu))
 
 
-def test_neighbour_sum_in_ascending_order():
-    ext = np.arange(5 * 2 * 1, dtype=float).reshape(5, 2, 1) ** 1.5
-    ptr = np.array([0, 3, 3, 4])
-    idx = np.array([1, 3, 4, 0])
-    total = kernels.neighbour_sum(ext, ptr, idx)
-    np.testing.assert_array_equal(total[0], (0.0 + ext[1]) + ext[3] + ext[4])
-    np.testing.assert_array_equal(total[1], 0.0)
-    np.testing.assert_array_equal(total[2], ext[0])
+def test_disagreement_and_move():
+    rng = np.random.default_rng(3)
+    ext = rng.standard_normal((5, 3, 2))
+    a, b = np.array([0, 0, 2]), np.array([1, 4, 3])
+    assert kernels.edge_disagreement(ext, a, b) == pytest.approx(((ext[a] - ext[b]) ** 2).sum(), rel=1e-14)
+    new = ext + rng.standard_normal(ext.shape)
+    assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
+
+
+def test_results_do_not_depend_on_threads():
+    rng = np.random.default_rng(5)
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 50, size=40))])
+    points = rng.standard_normal((offsets[-1], 3))
+    centers = rng.standard_normal((40, 4, 3))
+    runs = []
+    for threads in (1, 2):
+        kernels.set_threads(threads)
+        labels = np.full(len(points), -1, dtype=np.int32)
+        runs.append((kernels.assign_and_accumulate(points, offsets, centers, labels), labels))
+    kernels.set_threads(1)
+    (first, l1), (second, l2) = runs
+    np.testing.assert_array_equal(l1, l2)
+    for x, y in zip(first[:3], second[:3]):
+        np.testing.assert_array_equal(x, y)
