@@ -24,6 +24,7 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
 from .init import check_enough_distinct, distinct_rows
 from .options import Options
 
+PHASES = ("local", "exchange", "update", "monitor")
 EXIT_INPUT_ERROR = 2
 EXIT_FAILURE = 1
 
@@ -134,6 +135,8 @@ def command_run(args, comm):
     network = agree(comm, build_network, args.graph, info.n_agents, options.seed, info.edges)
     bounds = agree(comm, block_placement, info.points_per_agent, size)
     first, stop = int(bounds[rank]), int(bounds[rank + 1])
+    kernels.warm_up(info.dtype)
+    memory_before_load = resident_bytes()
     points = agree(comm, io.read_rows, info, first, stop)
     samples = comm.allgather(distinct_rows(points, options.n_clusters))
     agree(comm, check_enough_distinct, samples, options.n_clusters)
@@ -149,13 +152,49 @@ def command_run(args, comm):
                         owners_from_bounds(bounds), options, stream)
     seconds = time.perf_counter() - started
     attrs = run_attrs(args, options, info, size, result, seconds)
+    attrs.update(rank_statistics(comm, result, points.nbytes, peak_resident_bytes() - memory_before_load))
     io.write_result(out, comm, n_agents=info.n_agents, n_points=info.n_points, agent_start=first,
                     centers=result.centers, initial_centers=result.initial_centers,
                     row_start=int(info.offsets[first]), assignments=result.labels,
                     metrics=result.metrics, attrs=attrs)
     if rank == 0 and not args.quiet:
         print(final_line(result.metrics, result.iterations, result.converged, seconds, out), flush=True)
+        print(resource_line(attrs, result.iterations), flush=True)
     return 0
+
+
+def resident_bytes():
+    """This process's resident memory now (Linux), else its peak so far."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return peak_resident_bytes()
+
+
+def peak_resident_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rank_statistics(comm, result, shard_bytes, memory_bytes):
+    """Per-rank phase times, traffic and memory, gathered at the end for the result's attributes."""
+    mine = [result.seconds[p] for p in PHASES] + [result.bytes_sent, shard_bytes, memory_bytes]
+    table = np.array(comm.allgather(mine), dtype=np.float64)
+    stats = {f"rank_seconds_{p}": table[:, i] for i, p in enumerate(PHASES)}
+    stats.update(rank_bytes_sent_per_iteration=table[:, 4].astype(np.int64),
+                 rank_shard_bytes=table[:, 5].astype(np.int64),
+                 rank_peak_memory_bytes=table[:, 6].astype(np.int64))
+    return stats
+
+
+def resource_line(attrs, iterations):
+    per_iteration = {p: 1e3 * attrs[f"rank_seconds_{p}"].max() / iterations for p in PHASES}
+    mib = 2.0 ** 20
+    return ("nkmpi: per iteration (slowest rank): " + ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
+            + f"; sent {attrs['rank_bytes_sent_per_iteration'].max() / 1024:.3g} KiB per rank; "
+            f"peak memory {attrs['rank_peak_memory_bytes'].max() / mib:.1f} MiB per rank "
+            f"for a {attrs['rank_shard_bytes'].max() / mib:.1f} MiB shard")
 
 
 def final_line(metrics, iterations, converged, seconds, out):

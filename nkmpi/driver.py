@@ -8,6 +8,7 @@ to stop.  The only collectives outside monitoring points are at set-up.
 """
 
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,7 @@ from mpi4py import MPI
 from . import kernels
 from .errors import InputError
 from .exchange import NeighbourExchange
-from .init import adopt_from_neighbours, agent_seed, has_distinct, missing
+from .init import adopt_from_neighbours, agent_seed, has_distinct
 from .monitor import Monitor
 
 
@@ -28,6 +29,10 @@ class BlockResult:
     labels : (n,) int32, each local row's nearest center among its own agent's final centers.
     metrics : dict of 1-D arrays on rank 0 (empty elsewhere).
     bytes_sent : bytes this rank sends to its neighbours per iteration.
+    seconds : this rank's time in each phase of the loop, summed over iterations:
+        'local' (assignment pass), 'exchange' (waiting for neighbours' centers,
+        the part of the exchange the local pass did not hide), 'update',
+        'monitor' (metrics and the stop decision).
     """
 
     centers: np.ndarray
@@ -37,16 +42,18 @@ class BlockResult:
     iterations: int
     converged: bool
     bytes_sent: int
+    seconds: dict
 
 
 def initial_centers(comm, exchange, points, offsets, agents, options):
     """Seed (flood: only the lowest qualifying agent; local: every qualifying one),
-    then flood rounds over neighbour exchanges until every agent has centers."""
-    n_local = len(agents)
-    shape = (n_local, options.n_clusters, points.shape[1])
+    then flood rounds over neighbour exchanges until every agent has centers.
+    Writes into exchange.centers."""
+    centers = exchange.centers
     if not isinstance(options.init, str):
-        return np.broadcast_to(options.init, shape).copy()
-    centers = np.full(shape, np.nan)
+        centers[:] = options.init
+        return
+    centers[:] = np.nan
     seeders = []
     for i, agent in enumerate(agents):
         if has_distinct(points[offsets[i]:offsets[i + 1]], options.n_clusters):
@@ -63,10 +70,10 @@ def initial_centers(comm, exchange, points, offsets, agents, options):
     for i in seeders:
         centers[i] = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]),
                                 options.n_clusters, options.seed)
-    while comm.allreduce(int(missing(centers).sum()), op=MPI.SUM) > 0:
-        ext = exchange.exchange(centers)
-        centers = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
-    return centers
+    lacking = len(agents) - len(seeders)
+    while comm.allreduce(lacking, op=MPI.SUM) > 0:
+        ext = exchange.exchange()
+        lacking = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
 
 
 def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdout):
@@ -81,25 +88,38 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     agents = np.asarray(agents, dtype=np.int64)
     shape = (options.n_clusters, points.shape[1])
     exchange = NeighbourExchange(comm, network, owner, agents, shape)
-    centers = initial_centers(comm, exchange, points, offsets, agents, options)
-    start_centers = centers.copy()
+    initial_centers(comm, exchange, points, offsets, agents, options)
+    start_centers = exchange.centers.copy()
     labels = np.full(points.shape[0], -1, dtype=np.int32)
+    statistics = kernels.accumulators(len(agents), *shape)
     monitor = Monitor(options, comm=comm, stream=stream)
+    seconds = dict.fromkeys(("local", "exchange", "update", "monitor"), 0.0)
+    clock = time.perf_counter
     for iteration in range(1, options.max_iter + 1):
-        exchange.start(centers)
-        sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels)
-        ext = exchange.finish(centers)
+        t0 = clock()
+        exchange.start()
+        centers = exchange.centers
+        sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels,
+                                                                   out=statistics)
+        t1 = clock()
+        ext = exchange.finish()
+        t2 = clock()
         updated = kernels.center_update(centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums, counts,
-                                        options.rho, options.alpha)
+                                        options.rho, options.alpha, out=exchange.spare)
+        t3 = clock()
         stop = False
         if options.is_monitor_point(iteration):
             stop = monitor.record(iteration, sse.sum(),
                                   kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b),
                                   changed, kernels.largest_move(centers, updated))
-        centers = updated
+        t4 = clock()
+        for phase, spent in zip(seconds, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            seconds[phase] += spent
+        exchange.swap()
         if stop:
             break
+    centers = exchange.centers
     kernels.nearest_labels(points, offsets, centers, labels)
     exchange.free()
     return BlockResult(centers, start_centers, labels, monitor.metrics(), iteration,
-                       monitor.converged, exchange.bytes_sent)
+                       monitor.converged, exchange.bytes_sent, seconds)

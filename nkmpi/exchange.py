@@ -4,8 +4,12 @@ A distributed-graph communicator joins the ranks that host neighbouring
 agents.  Each iteration a rank sends each neighbour rank exactly the centers
 of its agents that have a neighbour there, and receives the centers of that
 rank's agents that neighbour one of its own ("ghosts").  Neighbours on the
-same rank are read from memory.  After the exchange the block's centers and
-the ghosts sit in one array, `ext`, which the kernels index.
+same rank are read from memory.
+
+The exchange owns the centers: the block's centers are the first rows of an
+array `ext` whose remaining rows receive the ghosts, so the kernels index one
+array and nothing is copied.  Two such arrays alternate: an update writes the
+new centers into the spare one, and `swap` makes them current.
 """
 
 import numpy as np
@@ -31,6 +35,8 @@ class NeighbourExchange:
 
     Attributes the kernels use
     --------------------------
+    centers : (L, K, p) the block's current centers (rows 0..L-1 of `ext`).
+    spare : (L, K, p) where the next centers are written before `swap`.
     nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, ascending global id.
     edge_a, edge_b : rows of `ext` for each edge (a < b) whose lower end is a block agent.
     """
@@ -73,34 +79,49 @@ class NeighbourExchange:
 
         self.graph_comm = comm.Create_dist_graph_adjacent(
             self.ranks.tolist(), self.ranks.tolist(), reorder=False)
-        self.ext = np.empty((n_local + len(ghosts),) + self.shape, dtype=np.float64)
-        self._send = np.empty((len(self.send_index),) + self.shape, dtype=np.float64)
+        self._ext = [np.empty((n_local + len(ghosts),) + self.shape) for _ in range(2)]
+        self._send = np.empty((len(self.send_index),) + self.shape)
         self._request = None
+
+    @property
+    def ext(self):
+        return self._ext[0]
+
+    @property
+    def centers(self):
+        return self._ext[0][:self.n_local]
+
+    @property
+    def spare(self):
+        return self._ext[1][:self.n_local]
+
+    def swap(self):
+        """Make the spare centers current (the ghosts are stale until the next exchange)."""
+        self._ext.reverse()
 
     @property
     def bytes_sent(self):
         """Bytes this rank sends per exchange."""
         return 8 * int(sum(self.send_counts))
 
-    def start(self, centers):
-        """Begin sending this block's centers (non-blocking); the local pass may run meanwhile."""
-        np.take(centers, self.send_index, axis=0, out=self._send)
+    def start(self):
+        """Begin sending the block's centers (non-blocking); the local pass may run meanwhile."""
+        np.take(self.centers, self.send_index, axis=0, out=self._send)
         ghosts = self.ext[self.n_local:]
         self._request = self.graph_comm.Ineighbor_alltoallv(
             [self._send, self.send_counts, self.send_displs, MPI.DOUBLE],
             [ghosts, self.recv_counts, self.recv_displs, MPI.DOUBLE])
 
-    def finish(self, centers):
+    def finish(self):
         """Wait for the ghosts; returns `ext`: the block's centers, then the ghosts."""
         self._request.Wait()
         self._request = None
-        self.ext[:self.n_local] = centers
         return self.ext
 
-    def exchange(self, centers):
+    def exchange(self):
         """Blocking exchange (set-up rounds)."""
-        self.start(centers)
-        return self.finish(centers)
+        self.start()
+        return self.finish()
 
     def free(self):
         self.graph_comm.Free()

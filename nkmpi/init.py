@@ -14,6 +14,7 @@ Missing centers are NaN, so the rounds need nothing but the usual exchange.
 """
 
 import numpy as np
+from numba import njit
 
 from .errors import InputError
 
@@ -67,24 +68,26 @@ def agent_seed(points, agent, n_clusters, seed):
     return kmeans_plusplus(points, n_clusters, np.random.default_rng([seed, agent]))
 
 
-def missing(centers):
-    """Agents of a (L, K, p) block still without centers."""
-    return np.isnan(centers.reshape(len(centers), -1)[:, 0])
-
-
+@njit(cache=True, nogil=True)
 def adopt_from_neighbours(centers, centers_ext, nbr_ptr, nbr_idx):
-    """One flood round on a block: each agent without centers takes those of its
-    lowest-numbered neighbour that has them (neighbours listed ascending).
-
-    Returns the new block; agents that had centers keep them.
+    """One flood round on a block, in place: each agent without centers takes those
+    of its lowest-numbered neighbour that had them at the start of the round
+    (neighbours listed ascending).  `centers` may be the first rows of
+    `centers_ext`.  Returns how many agents still lack centers.
     """
-    new = centers.copy()
-    lacking = missing(centers)
-    ext_has = ~missing(centers_ext)
-    degree = np.diff(nbr_ptr)
-    for slot in range(int(degree.max(initial=0)) - 1, -1, -1):   # lowest slot written last
-        agents = np.flatnonzero(lacking & (degree > slot))
-        source = nbr_idx[nbr_ptr[agents] + slot]
-        ok = ext_has[source]
-        new[agents[ok]] = centers_ext[source[ok]]
-    return new
+    adopters, sources = [], []
+    for a in range(centers.shape[0]):
+        if np.isnan(centers[a, 0, 0]):
+            for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+                row = nbr_idx[e]
+                if not np.isnan(centers_ext[row, 0, 0]):
+                    adopters.append(a)
+                    sources.append(row)
+                    break
+    for i in range(len(adopters)):          # after the scan: a round sees only the old state
+        centers[adopters[i]] = centers_ext[sources[i]]
+    lacking = 0
+    for a in range(centers.shape[0]):
+        if np.isnan(centers[a, 0, 0]):
+            lacking += 1
+    return lacking

@@ -29,92 +29,125 @@ def set_threads(n_threads):
     numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
 
 
+def _split(n_agents):
+    """Agent ranges handed to threads: enough to balance, few enough that per-range
+    scratch space costs nothing.  Results never depend on the split."""
+    n_ranges = max(1, min(n_agents, 64 * numba.get_num_threads()))
+    return np.linspace(0, n_agents, n_ranges + 1).astype(np.int64)
+
+
+#: Rows of one agent handled together: their features are transposed into a
+#: (p, TILE) scratch so that the distance loop runs over rows, vectorized.
+TILE = 256
+
+
 @njit(parallel=True, **_JIT)
-def _assign(points, offsets, centers, labels, sums, counts, sse, changed):
+def _assign(points, offsets, centers, labels, bounds, sums, counts, sse, changed):
     n_agents, n_clusters, n_features = centers.shape
-    for a in prange(n_agents):
-        # The agent's centers, transposed and in the data's precision, so that the
-        # inner loop runs over clusters: vectorizable with no reassociation.
-        ct = np.empty((n_features, n_clusters), dtype=points.dtype)
-        for k in range(n_clusters):
-            for j in range(n_features):
-                ct[j, k] = centers[a, k, j]
-        dist = np.empty(n_clusters, dtype=points.dtype)
-        agent_sse = 0.0
-        agent_changed = 0
-        for i in range(offsets[a], offsets[a + 1]):
-            dist[:] = 0
-            for j in range(n_features):
-                y = points[i, j]
+    for r in prange(len(bounds) - 1):
+        rows_t = np.empty((n_features, TILE), dtype=points.dtype)
+        dist = np.empty((n_clusters, TILE), dtype=points.dtype)
+        center = np.empty((n_clusters, n_features), dtype=points.dtype)
+        for a in range(bounds[r], bounds[r + 1]):
+            for k in range(n_clusters):
+                for j in range(n_features):
+                    center[k, j] = centers[a, k, j]      # in the data's precision
+            agent_sse = 0.0
+            agent_changed = 0
+            counts[a] = 0
+            sums[a] = 0
+            for start in range(offsets[a], offsets[a + 1], TILE):
+                n = min(TILE, offsets[a + 1] - start)
+                for i in range(n):
+                    for j in range(n_features):
+                        rows_t[j, i] = points[start + i, j]
                 for k in range(n_clusters):
-                    diff = y - ct[j, k]
-                    dist[k] += diff * diff
-            best = 0
-            for k in range(1, n_clusters):
-                if dist[k] < dist[best]:        # strict: ties go to the lowest k
-                    best = k
-            if labels[i] != best:
-                agent_changed += 1
-                labels[i] = best
-            agent_sse += np.float64(dist[best])
-            counts[a, best] += 1
-            for j in range(n_features):
-                sums[a, best, j] += np.float64(points[i, j])
-        sse[a] = agent_sse
-        changed[a] = agent_changed
+                    dist_k = dist[k]
+                    for i in range(n):
+                        dist_k[i] = 0
+                    for j in range(n_features):      # features in order: same sums as the reference
+                        c = center[k, j]
+                        feature = rows_t[j]
+                        for i in range(n):
+                            diff = feature[i] - c
+                            dist_k[i] += diff * diff
+                for i in range(n):
+                    best = 0
+                    for k in range(1, n_clusters):
+                        if dist[k, i] < dist[best, i]:   # strict: ties go to the lowest k
+                            best = k
+                    row = start + i
+                    if labels[row] != best:
+                        agent_changed += 1
+                        labels[row] = best
+                    agent_sse += np.float64(dist[best, i])
+                    counts[a, best] += 1
+                    for j in range(n_features):
+                        sums[a, best, j] += np.float64(points[row, j])
+            sse[a] = agent_sse
+            changed[a] = agent_changed
 
 
-def assign_and_accumulate(points, offsets, centers, labels):
+def accumulators(n_agents, n_clusters, n_features):
+    """Output arrays of `assign_and_accumulate`, allocated once and reused every iteration."""
+    return (np.zeros((n_agents, n_clusters, n_features)), np.zeros((n_agents, n_clusters), dtype=np.int64),
+            np.zeros(n_agents), np.zeros(n_agents, dtype=np.int64))
+
+
+def assign_and_accumulate(points, offsets, centers, labels, out=None):
     """One assignment pass (eq. 25) with the statistics of the center update.
 
     points : (n, p) float32/float64, the block's rows; offsets : (L+1,) block-local.
     centers : (L, K, p) float64; labels : (n,) int32, previous labels (-1: none), overwritten.
+    out : arrays from `accumulators` to reuse (they are overwritten).
 
     Returns sums (L, K, p) float64, counts (L, K) int64, sse (L,) float64 (sum of
     each row's squared distance to its nearest center) and the number of rows
     whose label changed.
     """
-    n_agents, n_clusters, n_features = centers.shape
-    sums = np.zeros((n_agents, n_clusters, n_features))
-    counts = np.zeros((n_agents, n_clusters), dtype=np.int64)
-    sse = np.zeros(n_agents)
-    changed = np.zeros(n_agents, dtype=np.int64)
-    _assign(points, offsets, centers, labels, sums, counts, sse, changed)
+    sums, counts, sse, changed = out if out is not None else accumulators(*centers.shape)
+    _assign(points, offsets, centers, labels, _split(len(centers)), sums, counts, sse, changed)
     return sums, counts, sse, int(changed.sum())
 
 
 @njit(parallel=True, **_JIT)
-def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out):
+def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, bounds, out):
     n_agents, n_clusters, n_features = centers.shape
-    for a in prange(n_agents):
-        degree = nbr_ptr[a + 1] - nbr_ptr[a]
-        total = np.zeros((n_clusters, n_features))
-        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-            row = nbr_idx[e]
+    width = n_clusters * n_features
+    flat_ext = ext.reshape(ext.shape[0], width)      # contiguous rows: vectorizable adds
+    for r in prange(len(bounds) - 1):
+        total = np.empty(width)
+        for a in range(bounds[r], bounds[r + 1]):
+            degree = nbr_ptr[a + 1] - nbr_ptr[a]
+            for w in range(width):
+                total[w] = 0
+            for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+                row = flat_ext[nbr_idx[e]]
+                for w in range(width):
+                    total[w] += row[w]
             for k in range(n_clusters):
+                weight = counts[a, k] / rho + degree
                 for j in range(n_features):
-                    total[k, j] += ext[row, k, j]
-        for k in range(n_clusters):
-            weight = counts[a, k] / rho + degree
-            for j in range(n_features):
-                x = centers[a, k, j]
-                if weight == 0:                 # no points, no neighbours: keep the center
-                    out[a, k, j] = x
-                else:
-                    mu = (sums[a, k, j] / rho + total[k, j]) / weight
-                    out[a, k, j] = x - alpha * (x - mu)
+                    x = centers[a, k, j]
+                    if weight == 0:             # no points, no neighbours: keep the center
+                        out[a, k, j] = x
+                    else:
+                        mu = (sums[a, k, j] / rho + total[k * n_features + j]) / weight
+                        out[a, k, j] = x - alpha * (x - mu)
 
 
-def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha):
+def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=None):
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
     block's centers followed by those received), in ascending global id.  An
     empty local cluster averages the neighbours; a cluster with neither points
-    nor neighbours keeps its center.
+    nor neighbours keeps its center.  Writes into `out` when given.
     """
-    out = np.empty_like(centers)
-    _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha), out)
+    if out is None:
+        out = np.empty_like(centers)
+    _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha),
+            _split(len(centers)), out)
     return out
 
 
@@ -151,6 +184,18 @@ def _largest_move(old, new):
 def largest_move(old, new):
     """Largest Euclidean distance any center moved."""
     return float(_largest_move(old, new))
+
+
+def warm_up(dtype):
+    """Load (or compile) every kernel for data of `dtype` before timing or measuring memory."""
+    points = np.zeros((2, 1), dtype=dtype)
+    centers = np.zeros((1, 1, 1))
+    offsets = np.array([0, 2])
+    sums, counts, _, _ = assign_and_accumulate(points, offsets, centers, np.zeros(2, dtype=np.int32))
+    nbr = np.zeros(1, dtype=np.int64)
+    center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
+    edge_disagreement(centers, nbr, nbr)
+    largest_move(centers, centers)
 
 
 def nearest_labels(points, offsets, centers, labels=None):

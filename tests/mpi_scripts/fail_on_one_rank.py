@@ -15,12 +15,12 @@ original = kernels.assign_and_accumulate
 calls = 0
 
 
-def failing(*args):
+def failing(*args, **kwargs):
     global calls
     calls += 1
     if MPI.COMM_WORLD.Get_rank() == failing_rank and calls == failing_call:
         raise RuntimeError(f"injected failure on rank {failing_rank}")
-    return original(*args)
+    return original(*args, **kwargs)
 
 
 kernels.assign_and_accumulate = failing
