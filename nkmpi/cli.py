@@ -125,6 +125,7 @@ def run_attrs(args, options, info, n_ranks, result, seconds):
 
 def command_run(args, comm):
     from . import driver, io, kernels
+    entered = time.perf_counter()
     rank, size = comm.Get_rank(), comm.Get_size()
     out = args.out or default_output(args.data)
     options = agree(comm, options_from, args)
@@ -152,7 +153,9 @@ def command_run(args, comm):
                         owners_from_bounds(bounds), options, stream)
     seconds = time.perf_counter() - started
     attrs = run_attrs(args, options, info, size, result, seconds)
-    attrs.update(rank_statistics(comm, result, points.nbytes, peak_resident_bytes() - memory_before_load))
+    attrs.update(rank_statistics(comm, result, points.nbytes, memory_before_load))
+    attrs.update(seconds_setup=started - entered + result.seconds["initialization"],
+                 seconds_loop=result.seconds["loop"])
     io.write_result(out, comm, n_agents=info.n_agents, n_points=info.n_points, agent_start=first,
                     centers=result.centers, initial_centers=result.initial_centers,
                     row_start=int(info.offsets[first]), assignments=result.labels,
@@ -177,21 +180,28 @@ def peak_resident_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def rank_statistics(comm, result, shard_bytes, memory_bytes):
-    """Per-rank phase times, traffic and memory, gathered at the end for the result's attributes."""
-    mine = [result.seconds[p] for p in PHASES] + [result.bytes_sent, shard_bytes, memory_bytes]
+def rank_statistics(comm, result, shard_bytes, memory_before_load):
+    """Per-rank phase times, traffic and memory, gathered at the end for the result's attributes.
+
+    rank_peak_memory_bytes is the peak resident memory above what the rank held
+    before it read its rows (interpreter, libraries, compiled kernels).
+    """
+    peak = peak_resident_bytes()
+    mine = [result.seconds[p] for p in PHASES] + [result.bytes_sent, shard_bytes,
+                                                  peak - memory_before_load, peak]
     table = np.array(comm.allgather(mine), dtype=np.float64)
     stats = {f"rank_seconds_{p}": table[:, i] for i, p in enumerate(PHASES)}
     stats.update(rank_bytes_sent_per_iteration=table[:, 4].astype(np.int64),
                  rank_shard_bytes=table[:, 5].astype(np.int64),
-                 rank_peak_memory_bytes=table[:, 6].astype(np.int64))
+                 rank_peak_memory_bytes=table[:, 6].astype(np.int64),
+                 rank_peak_resident_bytes=table[:, 7].astype(np.int64))
     return stats
 
 
 def resource_line(attrs, iterations):
     per_iteration = {p: 1e3 * attrs[f"rank_seconds_{p}"].max() / iterations for p in PHASES}
     mib = 2.0 ** 20
-    return ("nkmpi: per iteration (slowest rank): " + ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
+    return (f"nkmpi: set-up {attrs['seconds_setup']:.2f} s; per iteration (slowest rank): " + ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
             + f"; sent {attrs['rank_bytes_sent_per_iteration'].max() / 1024:.3g} KiB per rank; "
             f"peak memory {attrs['rank_peak_memory_bytes'].max() / mib:.1f} MiB per rank "
             f"for a {attrs['rank_shard_bytes'].max() / mib:.1f} MiB shard")

@@ -16,6 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .graph import concat_ranges
+from .kernels import gather_rows
 
 
 def _displacements(counts):
@@ -81,23 +82,29 @@ class NeighbourExchange:
             self.ranks.tolist(), self.ranks.tolist(), reorder=False)
         self._ext = [np.empty((n_local + len(ghosts),) + self.shape) for _ in range(2)]
         self._send = np.empty((len(self.send_index),) + self.shape)
-        self._request = None
+        # One persistent neighbourhood collective per buffer: the counts are parsed
+        # once, and each iteration only starts and waits.
+        self._requests = [self.graph_comm.Neighbor_alltoallv_init(
+            [self._send, self.send_counts, self.send_displs, MPI.DOUBLE],
+            [ext[n_local:], self.recv_counts, self.recv_displs, MPI.DOUBLE]) for ext in self._ext]
+        self._current = 0
+        self._pending = None
 
     @property
     def ext(self):
-        return self._ext[0]
+        return self._ext[self._current]
 
     @property
     def centers(self):
-        return self._ext[0][:self.n_local]
+        return self._ext[self._current][:self.n_local]
 
     @property
     def spare(self):
-        return self._ext[1][:self.n_local]
+        return self._ext[1 - self._current][:self.n_local]
 
     def swap(self):
         """Make the spare centers current (the ghosts are stale until the next exchange)."""
-        self._ext.reverse()
+        self._current = 1 - self._current
 
     @property
     def bytes_sent(self):
@@ -106,16 +113,14 @@ class NeighbourExchange:
 
     def start(self):
         """Begin sending the block's centers (non-blocking); the local pass may run meanwhile."""
-        np.take(self.centers, self.send_index, axis=0, out=self._send)
-        ghosts = self.ext[self.n_local:]
-        self._request = self.graph_comm.Ineighbor_alltoallv(
-            [self._send, self.send_counts, self.send_displs, MPI.DOUBLE],
-            [ghosts, self.recv_counts, self.recv_displs, MPI.DOUBLE])
+        gather_rows(self.centers, self.send_index, self._send)
+        self._pending = self._requests[self._current]
+        self._pending.Start()
 
     def finish(self):
         """Wait for the ghosts; returns `ext`: the block's centers, then the ghosts."""
-        self._request.Wait()
-        self._request = None
+        self._pending.Wait()
+        self._pending = None
         return self.ext
 
     def exchange(self):
@@ -124,4 +129,6 @@ class NeighbourExchange:
         return self.finish()
 
     def free(self):
+        for request in self._requests:
+            request.Free()
         self.graph_comm.Free()

@@ -29,11 +29,15 @@ def set_threads(n_threads):
     numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
 
 
-def _split(n_agents):
-    """Agent ranges handed to threads: enough to balance, few enough that per-range
-    scratch space costs nothing.  Results never depend on the split."""
-    n_ranges = max(1, min(n_agents, 64 * numba.get_num_threads()))
-    return np.linspace(0, n_agents, n_ranges + 1).astype(np.int64)
+def _in_parallel(kernel, parallel_kernel, n_agents, *args):
+    """Run kernel(*args, first, stop) over all agents: directly on one thread, else
+    over ranges of agents shared by the threads.  Each agent is computed the same
+    way either way, so results never depend on the thread count."""
+    threads = numba.get_num_threads()
+    if threads == 1 or n_agents < 2:
+        kernel(*args, 0, n_agents)
+    else:
+        parallel_kernel(*args, min(n_agents, 64 * threads), n_agents)
 
 
 #: Rows of one agent handled together: their features are transposed into a
@@ -41,51 +45,57 @@ def _split(n_agents):
 TILE = 256
 
 
-@njit(parallel=True, **_JIT)
-def _assign(points, offsets, centers, labels, bounds, sums, counts, sse, changed):
-    n_agents, n_clusters, n_features = centers.shape
-    for r in prange(len(bounds) - 1):
-        rows_t = np.empty((n_features, TILE), dtype=points.dtype)
-        dist = np.empty((n_clusters, TILE), dtype=points.dtype)
-        center = np.empty((n_clusters, n_features), dtype=points.dtype)
-        for a in range(bounds[r], bounds[r + 1]):
-            for k in range(n_clusters):
+@njit(**_JIT)
+def _assign(points, offsets, centers, labels, sums, counts, sse, changed, first, stop):
+    n_clusters, n_features = centers.shape[1], centers.shape[2]
+    rows_t = np.empty((n_features, TILE), dtype=points.dtype)
+    dist = np.empty((n_clusters, TILE), dtype=points.dtype)
+    center = np.empty((n_clusters, n_features), dtype=points.dtype)
+    for a in range(first, stop):
+        for k in range(n_clusters):
+            for j in range(n_features):
+                center[k, j] = centers[a, k, j]          # in the data's precision
+        agent_sse = 0.0
+        agent_changed = 0
+        counts[a] = 0
+        sums[a] = 0
+        for start in range(offsets[a], offsets[a + 1], TILE):
+            n = min(TILE, offsets[a + 1] - start)
+            for i in range(n):
                 for j in range(n_features):
-                    center[k, j] = centers[a, k, j]      # in the data's precision
-            agent_sse = 0.0
-            agent_changed = 0
-            counts[a] = 0
-            sums[a] = 0
-            for start in range(offsets[a], offsets[a + 1], TILE):
-                n = min(TILE, offsets[a + 1] - start)
+                    rows_t[j, i] = points[start + i, j]
+            for k in range(n_clusters):
+                dist_k = dist[k]
                 for i in range(n):
-                    for j in range(n_features):
-                        rows_t[j, i] = points[start + i, j]
-                for k in range(n_clusters):
-                    dist_k = dist[k]
+                    dist_k[i] = 0
+                for j in range(n_features):          # features in order: same sums as the reference
+                    c = center[k, j]
+                    feature = rows_t[j]
                     for i in range(n):
-                        dist_k[i] = 0
-                    for j in range(n_features):      # features in order: same sums as the reference
-                        c = center[k, j]
-                        feature = rows_t[j]
-                        for i in range(n):
-                            diff = feature[i] - c
-                            dist_k[i] += diff * diff
-                for i in range(n):
-                    best = 0
-                    for k in range(1, n_clusters):
-                        if dist[k, i] < dist[best, i]:   # strict: ties go to the lowest k
-                            best = k
-                    row = start + i
-                    if labels[row] != best:
-                        agent_changed += 1
-                        labels[row] = best
-                    agent_sse += np.float64(dist[best, i])
-                    counts[a, best] += 1
-                    for j in range(n_features):
-                        sums[a, best, j] += np.float64(points[row, j])
-            sse[a] = agent_sse
-            changed[a] = agent_changed
+                        diff = feature[i] - c
+                        dist_k[i] += diff * diff
+            for i in range(n):
+                best = 0
+                for k in range(1, n_clusters):
+                    if dist[k, i] < dist[best, i]:   # strict: ties go to the lowest k
+                        best = k
+                row = start + i
+                if labels[row] != best:
+                    agent_changed += 1
+                    labels[row] = best
+                agent_sse += np.float64(dist[best, i])
+                counts[a, best] += 1
+                for j in range(n_features):
+                    sums[a, best, j] += np.float64(points[row, j])
+        sse[a] = agent_sse
+        changed[a] = agent_changed
+
+
+@njit(parallel=True, **_JIT)
+def _assign_parallel(points, offsets, centers, labels, sums, counts, sse, changed, n_ranges, n_agents):
+    for r in prange(n_ranges):
+        _assign(points, offsets, centers, labels, sums, counts, sse, changed,
+                r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
 def accumulators(n_agents, n_clusters, n_features):
@@ -106,34 +116,41 @@ def assign_and_accumulate(points, offsets, centers, labels, out=None):
     whose label changed.
     """
     sums, counts, sse, changed = out if out is not None else accumulators(*centers.shape)
-    _assign(points, offsets, centers, labels, _split(len(centers)), sums, counts, sse, changed)
+    _in_parallel(_assign, _assign_parallel, len(centers),
+                 points, offsets, centers, labels, sums, counts, sse, changed)
     return sums, counts, sse, int(changed.sum())
 
 
-@njit(parallel=True, **_JIT)
-def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, bounds, out):
-    n_agents, n_clusters, n_features = centers.shape
+@njit(**_JIT)
+def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, first, stop):
+    n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
     flat_ext = ext.reshape(ext.shape[0], width)      # contiguous rows: vectorizable adds
-    for r in prange(len(bounds) - 1):
-        total = np.empty(width)
-        for a in range(bounds[r], bounds[r + 1]):
-            degree = nbr_ptr[a + 1] - nbr_ptr[a]
+    total = np.empty(width)
+    for a in range(first, stop):
+        degree = nbr_ptr[a + 1] - nbr_ptr[a]
+        for w in range(width):
+            total[w] = 0
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            row = flat_ext[nbr_idx[e]]
             for w in range(width):
-                total[w] = 0
-            for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-                row = flat_ext[nbr_idx[e]]
-                for w in range(width):
-                    total[w] += row[w]
-            for k in range(n_clusters):
-                weight = counts[a, k] / rho + degree
-                for j in range(n_features):
-                    x = centers[a, k, j]
-                    if weight == 0:             # no points, no neighbours: keep the center
-                        out[a, k, j] = x
-                    else:
-                        mu = (sums[a, k, j] / rho + total[k * n_features + j]) / weight
-                        out[a, k, j] = x - alpha * (x - mu)
+                total[w] += row[w]
+        for k in range(n_clusters):
+            weight = counts[a, k] / rho + degree
+            for j in range(n_features):
+                x = centers[a, k, j]
+                if weight == 0:                 # no points, no neighbours: keep the center
+                    out[a, k, j] = x
+                else:
+                    mu = (sums[a, k, j] / rho + total[k * n_features + j]) / weight
+                    out[a, k, j] = x - alpha * (x - mu)
+
+
+@njit(parallel=True, **_JIT)
+def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, n_ranges, n_agents):
+    for r in prange(n_ranges):
+        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out,
+                r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
 def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=None):
@@ -146,9 +163,16 @@ def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=
     """
     if out is None:
         out = np.empty_like(centers)
-    _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha),
-            _split(len(centers)), out)
+    _in_parallel(_update, _update_parallel, len(centers),
+                 centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha), out)
     return out
+
+
+@njit(**_JIT)
+def gather_rows(source, index, out):
+    """out[i] = source[index[i]]: packing the send buffer without temporaries."""
+    for i in range(len(index)):
+        out[i] = source[index[i]]
 
 
 @njit(**_JIT)
@@ -196,6 +220,7 @@ def warm_up(dtype):
     center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
     edge_disagreement(centers, nbr, nbr)
     largest_move(centers, centers)
+    gather_rows(centers, nbr, centers.copy())
 
 
 def nearest_labels(points, offsets, centers, labels=None):
