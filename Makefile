@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 MPI    ?= mpich
 DEMO    = demo
 
-.PHONY: install test demo clean
+.PHONY: install test demo bench clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ demo:
 		--clusters 6 --features 2 --points 9600 --agents 16 --partition by-cluster:4 --seed 1
 	PATH=$(abspath $(BIN)):$$PATH mpiexec -n 4 nkmpi run $(DEMO)/blobs.h5 -k 6 --rho 100 --out $(DEMO)/result.h5
 	$(BIN)/nkmpi summary $(DEMO)/result.h5
+
+bench:
+	$(BIN)/python jobs/bench.py --csv bench.csv
 
 clean:
 	rm -rf $(DEMO) .pytest_cache build *.egg-info

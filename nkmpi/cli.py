@@ -124,12 +124,21 @@ def run_attrs(args, options, info, n_ranks, result, seconds):
 
 
 def command_run(args, comm):
-    from . import driver, io, kernels
+    from threadpoolctl import threadpool_limits
+
+    from . import kernels
     entered = time.perf_counter()
+    options = agree(comm, options_from, args)
+    kernels.set_threads(args.threads)      # also starts the kernels' OpenMP pool, so it is limited below
+    with threadpool_limits(limits={"blas": 1, "openmp": args.threads}):
+        return run_rank(args, comm, options, entered)
+
+
+def run_rank(args, comm, options, entered):
+    """The body of `nkmpi run` on one rank, with thread pools set."""
+    from . import driver, io, kernels
     rank, size = comm.Get_rank(), comm.Get_size()
     out = args.out or default_output(args.data)
-    options = agree(comm, options_from, args)
-    kernels.set_threads(args.threads)
     info = agree(comm, io.open_dataset, args.data)
     agree(comm, options.check_features, info.n_features)
     agree(comm, io.check_output if rank == 0 else (lambda path: None), out)
@@ -295,14 +304,12 @@ def main(argv=None):
 def main_mpi(argv):
     """`nkmpi run`: every rank runs this; failures end every rank."""
     from mpi4py import MPI
-    from threadpoolctl import threadpool_limits
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
-        with threadpool_limits(limits=1):          # no BLAS threads beside the kernels'
-            return command_run(args, comm)
+        return command_run(args, comm)
     except InputError as exc:
         if exc.collective or comm.Get_size() == 1:
             if rank == 0:
