@@ -10,6 +10,7 @@ the whole job, so no rank is left waiting in a collective.
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -26,6 +27,7 @@ from .options import Options
 
 PHASES = ("local", "exchange", "update", "monitor")
 EXIT_INPUT_ERROR = 2
+EXIT_CHECKPOINTED = 3
 EXIT_FAILURE = 1
 
 
@@ -56,6 +58,11 @@ def _add_run_options(parser):
     parser.add_argument("--monitor-every", type=int, default=10, metavar="N",
                         help="gather metrics, print progress and test convergence every N iterations; "
                              "0: only at the end, no early stop (default 10)")
+    parser.add_argument("--link-failure-prob", type=float, default=0.0, metavar="Q",
+                        help="simulate links that fail: each link is down at an iteration with "
+                             "probability Q (default 0)")
+    parser.add_argument("--dropout-prob", type=float, default=0.0, metavar="D",
+                        help="simulate agents that sit out an iteration with probability D (default 0)")
     parser.add_argument("--out", default=None, metavar="RESULT.h5",
                         help="result file (default: DATA's name with .result.h5)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -69,6 +76,13 @@ def make_parser():
     _add_run_options(run)
     run.add_argument("--threads", type=int, default=1,
                      help="compute threads per rank, each taking whole agents (default 1)")
+    run.add_argument("--checkpoint", default=None, metavar="PATH",
+                     help="checkpoint file (default: OUT's name with .checkpoint.h5); written every "
+                          "--checkpoint-every iterations and on SIGTERM or SIGUSR1")
+    run.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                     help="write a checkpoint every N iterations (default 0: only on a signal)")
+    run.add_argument("--resume", default=None, metavar="PATH",
+                     help="continue from this checkpoint (same data and settings; any rank count)")
     simulate = sub.add_parser("simulate", help="run NK-means serially with the reference simulator")
     _add_run_options(simulate)
     info = sub.add_parser("info", help="describe a dataset and a communication graph")
@@ -103,9 +117,12 @@ def read_init(spec):
 def options_from(args):
     if getattr(args, "threads", 1) < 1:
         raise InputError(f"--threads must be at least 1, got {args.threads}")
+    if getattr(args, "checkpoint_every", 0) < 0:
+        raise InputError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     return Options(n_clusters=args.clusters, rho=args.rho, alpha=args.alpha, max_iter=args.iters,
                    tol=args.tol, init=read_init(args.init), seed=args.seed,
-                   monitor_every=args.monitor_every)
+                   monitor_every=args.monitor_every, link_failure_prob=args.link_failure_prob,
+                   dropout_prob=args.dropout_prob)
 
 
 def default_output(data):
@@ -123,7 +140,7 @@ def run_attrs(args, options, info, n_ranks, result, seconds):
     return attrs
 
 
-def command_run(args, comm):
+def command_run(args, comm, stop_requested=None):
     from threadpoolctl import threadpool_limits
 
     from . import kernels
@@ -131,20 +148,28 @@ def command_run(args, comm):
     options = agree(comm, options_from, args)
     kernels.set_threads(args.threads)      # also starts the kernels' OpenMP pool, so it is limited below
     with threadpool_limits(limits={"blas": 1, "openmp": args.threads}):
-        return run_rank(args, comm, options, entered)
+        return run_rank(args, comm, options, entered, stop_requested)
 
 
-def run_rank(args, comm, options, entered):
+def run_rank(args, comm, options, entered, stop_requested):
     """The body of `nkmpi run` on one rank, with thread pools set."""
     from . import driver, io, kernels
     rank, size = comm.Get_rank(), comm.Get_size()
     out = args.out or default_output(args.data)
+    checkpoint_path = args.checkpoint or default_checkpoint(out)
     info = agree(comm, io.open_dataset, args.data)
     agree(comm, options.check_features, info.n_features)
-    agree(comm, io.check_output if rank == 0 else (lambda path: None), out)
+    for path in (out, checkpoint_path):
+        agree(comm, io.check_output if rank == 0 else (lambda path: None), path)
     network = agree(comm, build_network, args.graph, info.n_agents, options.seed, info.edges)
     bounds = agree(comm, block_placement, info.points_per_agent, size)
     first, stop = int(bounds[rank]), int(bounds[rank + 1])
+    row_start, row_stop = int(info.offsets[first]), int(info.offsets[stop])
+    resume = None
+    if args.resume:
+        resume = agree(comm, io.read_checkpoint, args.resume, first, stop, row_start, row_stop)
+        agree(comm, check_resumable, args.resume, resume["attrs"], options, info,
+              default_spec(args.graph, info.edges))
     kernels.warm_up(info.dtype)
     memory_before_load = resident_bytes()
     points = agree(comm, io.read_rows, info, first, stop)
@@ -152,27 +177,76 @@ def run_rank(args, comm, options, entered):
     agree(comm, check_enough_distinct, samples, options.n_clusters)
     offsets = info.offsets[first:stop + 1] - info.offsets[first]
     stream = None if args.quiet or rank != 0 else sys.stdout
-    if rank == 0 and not args.quiet:
-        print(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
-              f"K={options.n_clusters}, rho={options.rho:g}, alpha={options.alpha:g}, "
-              f"graph {default_spec(args.graph, info.edges)} "
-              f"({len(network.edges)} edges), {size} rank(s)", flush=True)
+    talk = rank == 0 and not args.quiet
+
+    def say(text):
+        if talk:
+            print(text, flush=True)
+
+    say(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
+        f"K={options.n_clusters}, rho={options.rho:g}, alpha={options.alpha:g}, "
+        f"graph {default_spec(args.graph, info.edges)} ({len(network.edges)} edges), {size} rank(s)"
+        + (f", resuming at iteration {resume['attrs']['iteration']}" if resume else ""))
+
+    def write_checkpoint(snapshot):
+        attrs = run_attrs(args, options, info, size, snapshot, time.perf_counter() - started)
+        attrs["iteration"] = snapshot.iterations
+        io.write_checkpoint(checkpoint_path, comm, n_agents=info.n_agents, n_points=info.n_points,
+                            agent_start=first, centers=snapshot.centers,
+                            initial_centers=snapshot.initial_centers, row_start=row_start,
+                            labels=snapshot.labels, metrics=snapshot.metrics, attrs=attrs)
+        say(f"nkmpi: checkpoint after iteration {snapshot.iterations} written to {checkpoint_path}")
+
     started = time.perf_counter()
     result = driver.run(comm, points, offsets, np.arange(first, stop), network,
-                        owners_from_bounds(bounds), options, stream)
+                        owners_from_bounds(bounds), options, stream, resume=resume,
+                        checkpoint=write_checkpoint, checkpoint_every=args.checkpoint_every,
+                        stop_requested=stop_requested)
+    if result.interrupted:
+        write_checkpoint(result)
+        say(f"nkmpi: stopped by a signal; resume with --resume {checkpoint_path}")
+        return EXIT_CHECKPOINTED
     seconds = time.perf_counter() - started
     attrs = run_attrs(args, options, info, size, result, seconds)
     attrs.update(rank_statistics(comm, result, points.nbytes, memory_before_load))
     attrs.update(seconds_setup=started - entered + result.seconds["initialization"],
                  seconds_loop=result.seconds["loop"])
+    if resume:
+        attrs.update(resumed_from=os.path.abspath(args.resume),
+                     resumed_at_iteration=int(resume["attrs"]["iteration"]))
     io.write_result(out, comm, n_agents=info.n_agents, n_points=info.n_points, agent_start=first,
                     centers=result.centers, initial_centers=result.initial_centers,
-                    row_start=int(info.offsets[first]), assignments=result.labels,
+                    row_start=row_start, assignments=result.labels,
                     metrics=result.metrics, attrs=attrs)
-    if rank == 0 and not args.quiet:
-        print(final_line(result.metrics, result.iterations, result.converged, seconds, out), flush=True)
-        print(resource_line(attrs, result.iterations), flush=True)
+    if talk:
+        say(final_line(result.metrics, result.iterations, result.converged, seconds, out))
+        say(resource_line(attrs, result.iterations))
     return 0
+
+
+#: What a checkpoint must share with the run that resumes it for the result to be the same.
+RESUME_KEYS = ("n_clusters", "rho", "alpha", "tol", "seed", "monitor_every", "link_failure_prob",
+               "dropout_prob", "graph", "n_agents", "n_points", "n_features")
+
+
+def check_resumable(path, saved, options, info, graph_spec):
+    current = options.as_attrs()
+    current.update(graph=graph_spec, n_agents=info.n_agents, n_points=info.n_points,
+                   n_features=info.n_features)
+    plain = {key: value.item() if isinstance(value, np.generic) else value for key, value in saved.items()}
+    differ = [f"{key} {plain.get(key)!r} -> {current[key]!r}" for key in RESUME_KEYS
+              if plain.get(key) != current[key]]
+    if differ:
+        raise InputError(f"--resume {path}: the checkpoint was made with other settings or data: "
+                         + "; ".join(differ))
+    if saved["iteration"] >= options.max_iter:
+        raise InputError(f"--resume {path}: the checkpoint is at iteration {saved['iteration']}, "
+                         f"nothing left to do with --iters {options.max_iter}")
+
+
+def default_checkpoint(out):
+    root, _ = os.path.splitext(out)
+    return root + ".checkpoint.h5"
 
 
 def resident_bytes():
@@ -210,8 +284,9 @@ def rank_statistics(comm, result, shard_bytes, memory_before_load):
 def resource_line(attrs, iterations):
     per_iteration = {p: 1e3 * attrs[f"rank_seconds_{p}"].max() / iterations for p in PHASES}
     mib = 2.0 ** 20
-    return (f"nkmpi: set-up {attrs['seconds_setup']:.2f} s; per iteration (slowest rank): " + ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
-            + f"; sent {attrs['rank_bytes_sent_per_iteration'].max() / 1024:.3g} KiB per rank; "
+    phases = ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
+    return (f"nkmpi: set-up {attrs['seconds_setup']:.2f} s; per iteration (slowest rank): {phases}"
+            f"; sent {attrs['rank_bytes_sent_per_iteration'].max() / 1024:.3g} KiB per rank; "
             f"peak memory {attrs['rank_peak_memory_bytes'].max() / mib:.1f} MiB per rank "
             f"for a {attrs['rank_shard_bytes'].max() / mib:.1f} MiB shard")
 
@@ -306,10 +381,13 @@ def main_mpi(argv):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    signalled = []
+    for number in (signal.SIGTERM, signal.SIGUSR1):   # what SLURM sends before a time limit
+        signal.signal(number, lambda *_: signalled.append(True))
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
-        return command_run(args, comm)
+        return command_run(args, comm, stop_requested=lambda: bool(signalled))
     except InputError as exc:
         if exc.collective or comm.Get_size() == 1:
             if rank == 0:

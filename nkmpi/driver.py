@@ -26,14 +26,17 @@ class BlockResult:
     """One rank's share of a run's outcome.
 
     centers, initial_centers : (L, K, p) for the rank's agents.
-    labels : (n,) int32, each local row's nearest center among its own agent's final centers.
+    labels : (n,) int32, each local row's nearest center among its own agent's final
+        centers; for an interrupted run, the labels of the last assignment pass.
     metrics : dict of 1-D arrays on rank 0 (empty elsewhere).
     bytes_sent : bytes this rank sends to its neighbours per iteration.
     seconds : this rank's time in each phase of the loop, summed over iterations:
         'local' (assignment pass), 'exchange' (waiting for neighbours' centers,
         the part of the exchange the local pass did not hide), 'update',
         'monitor' (metrics and the stop decision); and 'initialization' (the
-        exchange plan and initial centers) and 'loop' (all iterations, wall).
+        exchange plan and initial centers), 'checkpoint' (writing them) and 'loop'
+        (all iterations, wall).
+    interrupted : stopped on request (a signal) before the end: write a checkpoint.
     """
 
     centers: np.ndarray
@@ -44,6 +47,7 @@ class BlockResult:
     converged: bool
     bytes_sent: int
     seconds: dict
+    interrupted: bool = False
 
 
 def initial_centers(comm, exchange, points, offsets, agents, options):
@@ -77,13 +81,20 @@ def initial_centers(comm, exchange, points, offsets, agents, options):
         lacking = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
 
 
-def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdout):
+def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdout, resume=None,
+        checkpoint=None, checkpoint_every=0, stop_requested=None):
     """Run NK-means on this rank's block; collective over `comm`.
 
     points : (n, p) the block's rows, grouped by agent.
     offsets : (L+1,) block-local row offsets of the agents.
     agents : (L,) ascending global ids of the block's agents.
     network : graph.Network over all agents; owner : (M,) rank of each agent.
+    resume : this rank's share of a checkpoint (io.read_checkpoint) to continue from.
+    checkpoint : called as checkpoint(BlockResult) on every rank after each
+        `checkpoint_every`-th iteration (not the last), to write it.
+    stop_requested : polled every iteration (a signal arrived): the ranks then
+        agree through the exchange's control rows on an iteration, at most the
+        rank graph's diameter ahead, after which they all stop, interrupted.
     """
     clock = time.perf_counter
     entered = clock()
@@ -91,16 +102,31 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     agents = np.asarray(agents, dtype=np.int64)
     shape = (options.n_clusters, points.shape[1])
     exchange = NeighbourExchange(comm, network, owner, agents, shape)
-    initial_centers(comm, exchange, points, offsets, agents, options)
-    start_centers = exchange.centers.copy()
-    labels = np.full(points.shape[0], -1, dtype=np.int32)
+    if resume is None:
+        initial_centers(comm, exchange, points, offsets, agents, options)
+        start_centers = exchange.centers.copy()
+        labels = np.full(points.shape[0], -1, dtype=np.int32)
+        done = 0
+    else:
+        exchange.centers[:] = resume["centers"]
+        start_centers = resume["initial_centers"]
+        labels = np.ascontiguousarray(resume["labels"], dtype=np.int32)
+        done = int(resume["attrs"]["iteration"])
     statistics = kernels.accumulators(len(agents), *shape)
-    monitor = Monitor(options, comm=comm, stream=stream)
-    seconds = dict.fromkeys(("local", "exchange", "update", "monitor"), 0.0)
+    monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
+    seconds = dict.fromkeys(("local", "exchange", "update", "monitor", "checkpoint"), 0.0)
     loop_started = clock()
     seconds["initialization"] = loop_started - entered
-    for iteration in range(1, options.max_iter + 1):
+
+    def snapshot(iteration, interrupted=False):
+        return BlockResult(exchange.centers, start_centers, labels, monitor.metrics(), iteration,
+                           monitor.converged, exchange.bytes_sent, seconds, interrupted)
+
+    iteration, interrupted = done, False
+    for iteration in range(done + 1, options.max_iter + 1):
         t0 = clock()
+        if stop_requested is not None and exchange.control == np.inf and stop_requested():
+            exchange.control = iteration + exchange.rank_diameter
         exchange.start()
         centers = exchange.centers
         sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels,
@@ -109,7 +135,10 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
         ext = exchange.finish()
         t2 = clock()
         updated = kernels.center_update(centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums, counts,
-                                        options.rho, options.alpha, out=exchange.spare)
+                                        options.rho, options.alpha, out=exchange.spare,
+                                        agent_ids=agents, nbr_ids=exchange.nbr_ids, iteration=iteration,
+                                        seed=options.seed, link_failure_prob=options.link_failure_prob,
+                                        dropout_prob=options.dropout_prob)
         t3 = clock()
         stop = False
         if options.is_monitor_point(iteration):
@@ -122,9 +151,15 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
         exchange.swap()
         if stop:
             break
+        if iteration >= exchange.control and iteration < options.max_iter:
+            interrupted = True
+            break
+        if checkpoint is not None and checkpoint_every and iteration % checkpoint_every == 0 \
+                and iteration < options.max_iter:
+            checkpoint(snapshot(iteration))
+            seconds["checkpoint"] += clock() - t4
     seconds["loop"] = clock() - loop_started
-    centers = exchange.centers
-    kernels.nearest_labels(points, offsets, centers, labels)
+    if not interrupted:
+        kernels.nearest_labels(points, offsets, exchange.centers, labels)
     exchange.free()
-    return BlockResult(centers, start_centers, labels, monitor.metrics(), iteration,
-                       monitor.converged, exchange.bytes_sent, seconds)
+    return snapshot(iteration, interrupted)

@@ -4,7 +4,9 @@ A distributed-graph communicator joins the ranks that host neighbouring
 agents.  Each iteration a rank sends each neighbour rank exactly the centers
 of its agents that have a neighbour there, and receives the centers of that
 rank's agents that neighbour one of its own ("ghosts").  Neighbours on the
-same rank are read from memory.
+same rank are read from memory.  Every message ends with one control row
+carrying a single number (`control`): ranks use it to agree, through
+neighbours only, on the iteration at which to stop after a signal.
 
 The exchange owns the centers: the block's centers are the first rows of an
 array `ext` whose remaining rows receive the ghosts, so the kernels index one
@@ -14,9 +16,21 @@ new centers into the spare one, and `swap` makes them current.
 
 import numpy as np
 from mpi4py import MPI
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
 
 from .graph import concat_ranges
-from .kernels import gather_rows
+from .kernels import pack_rows
+
+
+def _rank_graph_diameter(neighbour_ranks):
+    """Hops a value needs to reach every rank when each rank tells only its neighbour ranks."""
+    size = len(neighbour_ranks)
+    if size == 1:
+        return 0
+    rows = np.repeat(np.arange(size), [len(n) for n in neighbour_ranks])
+    adjacency = csr_matrix((np.ones(len(rows)), (rows, np.concatenate(neighbour_ranks))), shape=(size, size))
+    return int(shortest_path(adjacency, unweighted=True, directed=False).max())
 
 
 def _displacements(counts):
@@ -39,7 +53,10 @@ class NeighbourExchange:
     centers : (L, K, p) the block's current centers (rows 0..L-1 of `ext`).
     spare : (L, K, p) where the next centers are written before `swap`.
     nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, ascending global id.
+    nbr_ids : the global id of each of those neighbour entries.
     edge_a, edge_b : rows of `ext` for each edge (a < b) whose lower end is a block agent.
+    rank_diameter : hops between the farthest two ranks of the rank graph.
+    control : the number sent in the control rows; lowered to the smallest received.
     """
 
     def __init__(self, comm, network, owner, agents, shape):
@@ -62,25 +79,32 @@ class NeighbourExchange:
             to_q = remote & (target_rank == q)
             send_lists.append(np.unique(source[to_q]))
             recv_lists.append(np.unique(target[to_q]))
-        self.send_index = np.concatenate(send_lists) if send_lists else np.zeros(0, np.int64)
-        ghosts = np.concatenate(recv_lists) if recv_lists else np.zeros(0, np.int64)
-        self.send_counts = [len(s) * block_size for s in send_lists]
-        self.recv_counts = [len(r) * block_size for r in recv_lists]
+        # Each message ends with one control row (see `control`): -1 marks it.
+        control = np.array([-1])
+        self.send_index = np.concatenate([np.concatenate([s, control]) for s in send_lists]) \
+            if send_lists else np.zeros(0, np.int64)
+        received = np.concatenate([np.concatenate([r, control]) for r in recv_lists]) \
+            if recv_lists else np.zeros(0, np.int64)
+        self.send_counts = [(len(s) + 1) * block_size for s in send_lists]
+        self.recv_counts = [(len(r) + 1) * block_size for r in recv_lists]
         self.send_displs = _displacements(self.send_counts)
         self.recv_displs = _displacements(self.recv_counts)
-        self.n_local, self.n_ghosts = n_local, len(ghosts)
+        self.n_local = n_local
+        self.control_rows = n_local + np.flatnonzero(received < 0)
 
-        ext_ids = np.concatenate([agents, ghosts])
+        ext_ids = np.concatenate([agents, received])
         order = np.argsort(ext_ids, kind="stable")
         ext_row = order[np.searchsorted(ext_ids[order], target)]
         self.nbr_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
         self.nbr_idx = ext_row.astype(np.int64)
+        self.nbr_ids = target
         lower = agents[source] < target
         self.edge_a, self.edge_b = source[lower], ext_row[lower]
 
         self.graph_comm = comm.Create_dist_graph_adjacent(
             self.ranks.tolist(), self.ranks.tolist(), reorder=False)
-        self._ext = [np.empty((n_local + len(ghosts),) + self.shape) for _ in range(2)]
+        self.rank_diameter = _rank_graph_diameter(comm.allgather(self.ranks))
+        self._ext = [np.empty((len(ext_ids),) + self.shape) for _ in range(2)]
         self._send = np.empty((len(self.send_index),) + self.shape)
         # One persistent neighbourhood collective per buffer: the counts are parsed
         # once, and each iteration only starts and waits.
@@ -89,6 +113,7 @@ class NeighbourExchange:
             [ext[n_local:], self.recv_counts, self.recv_displs, MPI.DOUBLE]) for ext in self._ext]
         self._current = 0
         self._pending = None
+        self.control = np.inf
 
     @property
     def ext(self):
@@ -113,14 +138,19 @@ class NeighbourExchange:
 
     def start(self):
         """Begin sending the block's centers (non-blocking); the local pass may run meanwhile."""
-        gather_rows(self.centers, self.send_index, self._send)
+        pack_rows(self.centers, self.send_index, self.control, self._send)
         self._pending = self._requests[self._current]
         self._pending.Start()
 
     def finish(self):
-        """Wait for the ghosts; returns `ext`: the block's centers, then the ghosts."""
+        """Wait for the ghosts; returns `ext`: the block's centers, then the ghosts.
+
+        Also lowers `control` to the smallest control value a neighbour sent.
+        """
         self._pending.Wait()
         self._pending = None
+        if len(self.control_rows):
+            self.control = min(self.control, float(self.ext[self.control_rows, 0, 0].min()))
         return self.ext
 
     def exchange(self):

@@ -17,7 +17,7 @@ from . import __version__
 from .errors import InputError
 
 DATASET_FORMAT, DATASET_VERSION = "nkmpi-dataset", 1
-RESULT_FORMAT, RESULT_VERSION = "nkmpi-result", 1
+RESULT_FORMAT, CHECKPOINT_FORMAT = "nkmpi-result", "nkmpi-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -159,50 +159,41 @@ def partial_name(path):
     return os.fspath(path) + ".partial"
 
 
-def create_result(path, n_agents, n_clusters, n_features, n_points, metrics, attrs):
-    """Lay out an empty result v1 file: every dataset sized, attributes and metrics set."""
-    with h5py.File(path, "w") as f:
-        f.attrs["format"] = RESULT_FORMAT
-        f.attrs["version"] = RESULT_VERSION
-        f.attrs["nkmpi_version"] = __version__
-        for key, value in attrs.items():
-            f.attrs[key] = value
-        f.create_dataset("centers", (n_agents, n_clusters, n_features), dtype=np.float64)
-        f.create_dataset("initial_centers", (n_agents, n_clusters, n_features), dtype=np.float64)
-        f.create_dataset("assignments", (n_points,), dtype=np.int64)
-        group = f.create_group("metrics")
-        for name, series in metrics.items():
-            group.create_dataset(name, data=series)
+def write_state(path, comm, *, file_format, rows_name, rows_dtype, n_agents, n_points, agent_start,
+                centers, initial_centers, row_start, rows, metrics, attrs):
+    """Write a result or checkpoint atomically; collective over `comm` (None: serial).
 
-
-def write_slices(path, agent_start, centers, initial_centers, row_start, assignments):
-    """Write one rank's agents' centers and rows' assignments into a laid-out result."""
-    with h5py.File(path, "r+") as f:
-        f["centers"][agent_start:agent_start + len(centers)] = centers
-        f["initial_centers"][agent_start:agent_start + len(centers)] = initial_centers
-        f["assignments"][row_start:row_start + len(assignments)] = assignments
-
-
-def write_result(path, comm, *, n_agents, n_points, agent_start, centers, initial_centers,
-                 row_start, assignments, metrics, attrs):
-    """Write result v1 atomically; collective over `comm` (None: serial).
-
-    Rank 0 lays the file out under a temporary name, the ranks write their
-    slices in rank order (a token passed rank to rank keeps one writer at a
-    time, which a serial HDF5 build requires), and rank 0 renames the file.
+    Rank 0 lays the file out under a temporary name (every dataset sized,
+    attributes and metrics set), the ranks write their own slices in rank
+    order (a token passed rank to rank keeps one writer at a time, which a
+    serial HDF5 build requires), and rank 0 renames the file once all wrote.
     """
     rank = 0 if comm is None else comm.Get_rank()
     size = 1 if comm is None else comm.Get_size()
     temporary = partial_name(path)
     if rank == 0:
         _, n_clusters, n_features = centers.shape
-        create_result(temporary, n_agents, n_clusters, n_features, n_points, metrics, attrs)
+        with h5py.File(temporary, "w") as f:
+            f.attrs["format"] = file_format
+            f.attrs["version"] = 1
+            f.attrs["nkmpi_version"] = __version__
+            for key, value in attrs.items():
+                f.attrs[key] = value
+            for name in ("centers", "initial_centers"):
+                f.create_dataset(name, (n_agents, n_clusters, n_features), dtype=np.float64)
+            f.create_dataset(rows_name, (n_points,), dtype=rows_dtype)
+            group = f.create_group("metrics")
+            for name, series in metrics.items():
+                group.create_dataset(name, data=series)
     if rank > 0:
         comm.recv(source=rank - 1, tag=7)
-    write_slices(temporary, agent_start, centers, initial_centers, row_start, assignments)
+    with h5py.File(temporary, "r+") as f:
+        f["centers"][agent_start:agent_start + len(centers)] = centers
+        f["initial_centers"][agent_start:agent_start + len(centers)] = initial_centers
+        f[rows_name][row_start:row_start + len(rows)] = rows
     if rank < size - 1:
         comm.send(True, dest=rank + 1, tag=7)
-    if rank == size - 1 and size > 1:
+    elif size > 1:
         comm.send(True, dest=0, tag=8)
     if rank == 0:
         if size > 1:
@@ -210,6 +201,38 @@ def write_result(path, comm, *, n_agents, n_points, agent_start, centers, initia
         os.replace(temporary, path)
     if comm is not None:
         comm.Barrier()
+
+
+def write_result(path, comm, *, assignments, **state):
+    """Result v1: final centers, and each row's nearest center among its agent's final centers."""
+    write_state(path, comm, file_format=RESULT_FORMAT, rows_name="assignments", rows_dtype=np.int64,
+                rows=assignments, **state)
+
+
+def write_checkpoint(path, comm, *, labels, **state):
+    """A checkpoint: centers x(t) after attrs['iteration'] = t iterations and the labels
+    of the last assignment pass, which the next pass counts its changes against."""
+    write_state(path, comm, file_format=CHECKPOINT_FORMAT, rows_name="labels", rows_dtype=np.int32,
+                rows=labels, **state)
+
+
+def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
+    """One rank's share of a checkpoint: its agents' centers, their initial centers,
+    its rows' labels, and (small, for every rank) the metrics and attributes."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise InputError(f"--resume {path}: no such file")
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != CHECKPOINT_FORMAT:
+                raise InputError(f"--resume {path}: not an nkmpi checkpoint")
+            return {"centers": f["centers"][first_agent:stop_agent],
+                    "initial_centers": f["initial_centers"][first_agent:stop_agent],
+                    "labels": f["labels"][row_start:row_stop],
+                    "metrics": {name: ds[()] for name, ds in f["metrics"].items()},
+                    "attrs": dict(f.attrs)}
+    except OSError as exc:
+        raise InputError(f"--resume {path}: cannot read: {exc}") from None
 
 
 def read_result(path):

@@ -21,6 +21,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .faults import link_up, takes_part
+
 _JIT = dict(cache=True, nogil=True)
 
 
@@ -122,16 +124,23 @@ def assign_and_accumulate(points, offsets, centers, labels, out=None):
 
 
 @njit(**_JIT)
-def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, first, stop):
+def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, faults, first, stop):
+    agent_ids, nbr_ids, iteration, seed, failure_prob, dropout_prob = faults
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
     flat_ext = ext.reshape(ext.shape[0], width)      # contiguous rows: vectorizable adds
     total = np.empty(width)
     for a in range(first, stop):
-        degree = nbr_ptr[a + 1] - nbr_ptr[a]
+        if dropout_prob > 0 and not takes_part(seed, agent_ids[a], iteration, dropout_prob):
+            out[a] = centers[a]
+            continue
+        degree = 0
         for w in range(width):
             total[w] = 0
         for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            if failure_prob > 0 and not link_up(seed, agent_ids[a], nbr_ids[e], iteration, failure_prob):
+                continue
+            degree += 1
             row = flat_ext[nbr_idx[e]]
             for w in range(width):
                 total[w] += row[w]
@@ -147,32 +156,49 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, first
 
 
 @njit(parallel=True, **_JIT)
-def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, n_ranges, n_agents):
+def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, faults,
+                     n_ranges, n_agents):
     for r in prange(n_ranges):
-        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out,
+        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, faults,
                 r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
-def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=None):
+NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=None,
+                  agent_ids=NO_IDS, nbr_ids=NO_IDS, iteration=0, seed=0, link_failure_prob=0.0,
+                  dropout_prob=0.0):
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
     block's centers followed by those received), in ascending global id.  An
     empty local cluster averages the neighbours; a cluster with neither points
     nor neighbours keeps its center.  Writes into `out` when given.
+
+    Faults (nkmpi.faults), when a probability is set: only neighbours whose link
+    is up count in Omega, and an agent that sits out keeps its centers.  They
+    need the global ids of the block's agents and of each neighbour entry.
     """
     if out is None:
         out = np.empty_like(centers)
+    if (link_failure_prob or dropout_prob) and len(agent_ids) != len(centers):
+        raise ValueError("faults need the global ids of the agents and their neighbours")
+    faults = (agent_ids, nbr_ids, int(iteration), int(seed), float(link_failure_prob), float(dropout_prob))
     _in_parallel(_update, _update_parallel, len(centers),
-                 centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha), out)
+                 centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha), out, faults)
     return out
 
 
 @njit(**_JIT)
-def gather_rows(source, index, out):
-    """out[i] = source[index[i]]: packing the send buffer without temporaries."""
+def pack_rows(source, index, control, out):
+    """out[i] = source[index[i]], or a row filled with `control` where index[i] < 0:
+    packing the send buffer without temporaries."""
     for i in range(len(index)):
-        out[i] = source[index[i]]
+        if index[i] < 0:
+            out[i] = control
+        else:
+            out[i] = source[index[i]]
 
 
 @njit(**_JIT)
@@ -220,7 +246,7 @@ def warm_up(dtype):
     center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
     edge_disagreement(centers, nbr, nbr)
     largest_move(centers, centers)
-    gather_rows(centers, nbr, centers.copy())
+    pack_rows(centers, nbr, 0.0, centers.copy())
 
 
 def nearest_labels(points, offsets, centers, labels=None):

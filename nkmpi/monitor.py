@@ -20,14 +20,19 @@ METRICS = ("iteration", "objective", "sse", "edge_disagreement", "changed", "max
 class Monitor:
     """Collects metrics rows on rank 0 (or in a serial run, comm=None)."""
 
-    def __init__(self, options, comm=None, stream=sys.stdout):
+    def __init__(self, options, comm=None, stream=sys.stdout, earlier=None):
+        """`earlier`: the metrics dict of the run this one resumes (rank 0's rows go on)."""
         self.options = options
         self.comm = comm
         self.is_root = comm is None or comm.Get_rank() == 0
         self.stream = stream if options.monitor_every > 0 else None
         self.rows = []
-        self.converged = False
         self.start = time.perf_counter()
+        if earlier is not None and len(earlier["iteration"]) and self.is_root:
+            self.rows = [tuple(earlier[name][i].item() for name in METRICS)
+                         for i in range(len(earlier["iteration"]))]
+            self.start -= self.rows[-1][-1]           # seconds go on from where they stopped
+        self.converged = False
 
     def record(self, iteration, sse, disagreement, changed, move):
         """Record one monitoring point; returns True on every rank when the run should stop."""

@@ -24,6 +24,8 @@ class Options:
     seed : seeds k-means++ and random graphs.
     monitor_every : gather metrics every this many iterations (0: only at the end,
         which also disables early stopping).
+    link_failure_prob : each undirected link is down at an iteration with this probability.
+    dropout_prob : each agent sits out an iteration (keeps its centers) with this probability.
     """
 
     n_clusters: int
@@ -34,6 +36,8 @@ class Options:
     init: object = "flood"
     seed: int = 0
     monitor_every: int = 10
+    link_failure_prob: float = 0.0
+    dropout_prob: float = 0.0
 
     def __post_init__(self):
         def need(ok, what):
@@ -54,6 +58,10 @@ class Options:
              f"the seed must be a non-negative integer, got {self.seed!r}")
         need(isinstance(self.monitor_every, Integral) and self.monitor_every >= 0,
              f"monitor-every must be a non-negative integer, got {self.monitor_every!r}")
+        for name in ("link_failure_prob", "dropout_prob"):
+            value = getattr(self, name)
+            need(isinstance(value, Real) and 0 <= value < 1,
+                 f"{name.replace('_', '-')} must be in [0, 1), got {value!r}")
         if isinstance(self.init, str):
             need(self.init in INIT_METHODS,
                  f"unknown init {self.init!r}: use flood, local or file:PATH")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputError
+from .faults import link_up, takes_part
 from .init import agent_seed, has_distinct
 from .monitor import Monitor
 
@@ -105,11 +106,17 @@ def simulate(points, offsets, network, options, stream=None):
             counts[m] = np.bincount(new_labels, minlength=k)
         updated = np.empty_like(centers)
         for m in range(n_agents):
+            if not takes_part(options.seed, m, iteration, options.dropout_prob):
+                updated[m] = centers[m]
+                continue
+            up = [l for l in network.neighbours(m)
+                  if link_up(options.seed, m, l, iteration, options.link_failure_prob)]
             neighbour_total = np.zeros(centers.shape[1:])
-            for l in network.neighbours(m):
+            for l in up:
                 neighbour_total += centers[l]
-            weight = counts[m] / options.rho + len(network.neighbours(m))
-            mu = (sums[m] / options.rho + neighbour_total) / weight[:, None]
+            weight = counts[m] / options.rho + len(up)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mu = (sums[m] / options.rho + neighbour_total) / weight[:, None]
             mu[weight == 0] = centers[m][weight == 0]
             updated[m] = centers[m] - options.alpha * (centers[m] - mu)
         if options.is_monitor_point(iteration):

@@ -2,14 +2,13 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import h5py
 import networkx as nx
 import numpy as np
 import pytest
 
-from conftest import run_mpi, run_script, uneven_dataset
+from conftest import run_mpi, uneven_dataset
 from nkmpi.io import read_result
 
 
@@ -120,14 +119,3 @@ def test_simulate_equals_run_and_summary(dataset, tmp_path):
     assert summary.returncode == 0, summary.stderr
     assert "iterations    25 (not converged)" in summary.stdout
     assert "centralized cost / centralized Lloyd" in summary.stdout
-
-
-@pytest.mark.parametrize("n_ranks,failing_rank", [(2, 1), (3, 0)])
-def test_failure_on_one_rank_ends_every_rank(dataset, tmp_path, n_ranks, failing_rank):
-    script = Path(__file__).parent / "mpi_scripts" / "fail_on_one_rank.py"
-    out = tmp_path / "out.h5"
-    proc = run_script(n_ranks, script, failing_rank, 5, "run", dataset, "-k", 3, "--iters", 100000,
-                      "--tol", 0, "--out", out, timeout=60)
-    assert proc.returncode != 0
-    assert f"rank {failing_rank} failed" in proc.stderr and "injected failure" in proc.stderr
-    assert not out.exists()

@@ -1,27 +1,35 @@
-"""Under mpiexec: `nkmpi run` whose local pass raises on one chosen rank at one iteration.
+"""Under mpiexec: `nkmpi run` that raises on one chosen rank, at start-up or in the loop.
 
-Usage: fail_on_one_rank.py RANK ITERATION nkmpi-run-arguments...
+Usage: fail_on_one_rank.py RANK WHERE nkmpi-run-arguments...
+WHERE is `startup` (while reading its rows) or `loop:N` (in its N-th local pass).
 """
 
 import sys
 
 from mpi4py import MPI
 
-from nkmpi import kernels
+from nkmpi import io, kernels
 from nkmpi.cli import main
 
-failing_rank, failing_call = int(sys.argv[1]), int(sys.argv[2])
-original = kernels.assign_and_accumulate
+failing_rank, where = int(sys.argv[1]), sys.argv[2]
 calls = 0
 
 
-def failing(*args, **kwargs):
-    global calls
-    calls += 1
-    if MPI.COMM_WORLD.Get_rank() == failing_rank and calls == failing_call:
-        raise RuntimeError(f"injected failure on rank {failing_rank}")
-    return original(*args, **kwargs)
+def wrap(module, name, should_fail):
+    original = getattr(module, name)
+
+    def failing(*args, **kwargs):
+        global calls
+        calls += 1
+        if MPI.COMM_WORLD.Get_rank() == failing_rank and should_fail(calls):
+            raise RuntimeError(f"injected failure on rank {failing_rank}")
+        return original(*args, **kwargs)
+
+    setattr(module, name, failing)
 
 
-kernels.assign_and_accumulate = failing
+if where == "startup":
+    wrap(io, "read_rows", lambda call: True)
+else:
+    wrap(kernels, "assign_and_accumulate", lambda call, n=int(where.split(":")[1]): call == n)
 sys.exit(main(sys.argv[3:]))
