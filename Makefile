@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 MPI    ?= mpich
 DEMO    = demo
 
-.PHONY: install test demo bench clean
+.PHONY: install test test-slurm demo bench scaling clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ endif
 test:
 	$(BIN)/python -m pytest tests
 
+test-slurm:
+	NKMPI_TEST_SLURM=1 $(BIN)/python -m pytest tests/test_slurm.py
+
 demo:
 	@mkdir -p $(DEMO)
 	@test -f $(DEMO)/blobs.h5 || $(BIN)/python -m data_tools.generate $(DEMO)/blobs.h5 \
@@ -33,5 +36,9 @@ demo:
 bench:
 	$(BIN)/python jobs/bench.py --csv bench.csv
 
+scaling:
+	$(BIN)/python jobs/scaling.py --ranks 1 2 4 --out-dir scaling
+	$(BIN)/python -m data_tools.plot scaling scaling/strong.csv scaling/weak.csv --out scaling/scaling
+
 clean:
-	rm -rf $(DEMO) .pytest_cache build *.egg-info
+	rm -rf $(DEMO) scaling .pytest_cache build *.egg-info

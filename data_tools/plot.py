@@ -1,15 +1,22 @@
-"""Pictures of a run: the data by agent and by final cluster, and the convergence curves.
+"""Pictures of a run: the data by agent and by final cluster, and the convergence curves;
+and of a scaling study.
 
     python -m data_tools.plot DATA.h5 RESULT.h5 [--out PREFIX]
+    python -m data_tools.plot scaling STRONG.csv WEAK.csv [--out PREFIX]
 
 writes PREFIX-clusters.png (left: points coloured by agent; right: by final
 cluster, with every agent's centers) and PREFIX-convergence.png (objective,
 edge disagreement and changed assignments against iterations).  Data with
 more than two features is shown on its first two principal components; large
 files are thinned to --max-points evenly spaced rows.
+
+`scaling` reads the CSVs of jobs/scaling.py and writes PREFIX-strong.png
+(speed-up and efficiency against ranks, with the ideal lines) and
+PREFIX-weak.png (efficiency against ranks); oversubscribed runs are hollow.
 """
 
 import argparse
+import csv
 import os
 import sys
 
@@ -103,7 +110,83 @@ def plot_run(data, result_path, prefix, max_points=20000, dpi=100):
     return clusters, convergence
 
 
+def read_scaling(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise InputError(f"{path}: no rows")
+    ranks = np.array([int(r["ranks"]) for r in rows])
+    seconds = np.array([float(r["seconds_per_iteration"]) for r in rows])
+    crowded = np.array([r["oversubscribed"] == "True" for r in rows])
+    order = np.argsort(ranks)
+    return ranks[order], seconds[order], crowded[order]
+
+
+def _points(ax, x, y, crowded, label):
+    ax.plot(x, y, "-", color="C0", label=label)
+    ax.plot(x[~crowded], y[~crowded], "o", color="C0")
+    if crowded.any():
+        ax.plot(x[crowded], y[crowded], "o", mfc="none", color="C0", label="oversubscribed")
+
+
+def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
+    """Speed-up and efficiency PNGs from jobs/scaling.py's CSVs; returns their paths."""
+    written = []
+    if strong_csv:
+        ranks, seconds, crowded = read_scaling(strong_csv)
+        speedup = seconds[0] * ranks[0] / seconds
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=dpi)
+        _points(left, ranks, speedup, crowded, "nkmpi")
+        left.plot(ranks, ranks, "--", color="gray", label="ideal")
+        left.set(title="strong scaling: speed-up", xlabel="ranks", ylabel="speed-up")
+        _points(right, ranks, speedup / ranks, crowded, "nkmpi")
+        right.axhline(1, ls="--", color="gray", label="ideal")
+        right.set(title="strong scaling: efficiency", xlabel="ranks", ylabel="efficiency", ylim=(0, 1.1))
+        for ax in (left, right):
+            ax.legend()
+            ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        written.append(f"{prefix}-strong.png")
+        fig.savefig(written[-1])
+        plt.close(fig)
+    if weak_csv:
+        ranks, seconds, crowded = read_scaling(weak_csv)
+        fig, ax = plt.subplots(figsize=(5, 4), dpi=dpi)
+        _points(ax, ranks, seconds[0] / seconds, crowded, "nkmpi")
+        ax.axhline(1, ls="--", color="gray", label="ideal")
+        ax.set(title="weak scaling: efficiency", xlabel="ranks", ylabel="efficiency", ylim=(0, 1.1))
+        ax.legend()
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        written.append(f"{prefix}-weak.png")
+        fig.savefig(written[-1])
+        plt.close(fig)
+    return written
+
+
+def main_scaling(argv):
+    parser = argparse.ArgumentParser(prog="python -m data_tools.plot scaling",
+                                     description="Speed-up and efficiency plots of jobs/scaling.py's CSVs.")
+    parser.add_argument("strong", help="strong.csv (or - to skip)")
+    parser.add_argument("weak", nargs="?", default=None, help="weak.csv")
+    parser.add_argument("--out", default=None, help="prefix of the PNG files (default: next to the CSV)")
+    parser.add_argument("--dpi", type=int, default=100)
+    args = parser.parse_args(argv)
+    strong = None if args.strong == "-" else args.strong
+    prefix = args.out or os.path.join(os.path.dirname(strong or args.weak) or ".", "scaling")
+    try:
+        for path in plot_scaling(strong, args.weak, prefix, args.dpi):
+            print(f"wrote {path}")
+    except (InputError, OSError, KeyError, ValueError) as exc:
+        print(f"nkmpi: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "scaling":
+        return main_scaling(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m data_tools.plot", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", help="dataset v1 file")

@@ -378,12 +378,12 @@ def main(argv=None):
 
 def main_mpi(argv):
     """`nkmpi run`: every rank runs this; failures end every rank."""
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    rank = comm.Get_rank()
     signalled = []
     for number in (signal.SIGTERM, signal.SIGUSR1):   # what SLURM sends before a time limit
         signal.signal(number, lambda *_: signalled.append(True))
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
