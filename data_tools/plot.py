@@ -129,6 +129,22 @@ def _points(ax, x, y, crowded, label):
         ax.plot(x[crowded], y[crowded], "o", mfc="none", color="C0", label="oversubscribed")
 
 
+def _efficiency(ax, ranks, efficiency, crowded, title):
+    _points(ax, ranks, efficiency, crowded, "nkmpi")
+    ax.axhline(1, ls="--", color="gray", label="ideal")
+    ax.set(title=title, xlabel="ranks", ylabel="efficiency", ylim=(0, 1.1))
+
+
+def _save(fig, axes, path):
+    for ax in axes:
+        ax.legend()
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
     """Speed-up and efficiency PNGs from jobs/scaling.py's CSVs; returns their paths."""
     written = []
@@ -139,28 +155,13 @@ def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
         _points(left, ranks, speedup, crowded, "nkmpi")
         left.plot(ranks, ranks, "--", color="gray", label="ideal")
         left.set(title="strong scaling: speed-up", xlabel="ranks", ylabel="speed-up")
-        _points(right, ranks, speedup / ranks, crowded, "nkmpi")
-        right.axhline(1, ls="--", color="gray", label="ideal")
-        right.set(title="strong scaling: efficiency", xlabel="ranks", ylabel="efficiency", ylim=(0, 1.1))
-        for ax in (left, right):
-            ax.legend()
-            ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        written.append(f"{prefix}-strong.png")
-        fig.savefig(written[-1])
-        plt.close(fig)
+        _efficiency(right, ranks, speedup / ranks, crowded, "strong scaling: efficiency")
+        written.append(_save(fig, (left, right), f"{prefix}-strong.png"))
     if weak_csv:
         ranks, seconds, crowded = read_scaling(weak_csv)
         fig, ax = plt.subplots(figsize=(5, 4), dpi=dpi)
-        _points(ax, ranks, seconds[0] / seconds, crowded, "nkmpi")
-        ax.axhline(1, ls="--", color="gray", label="ideal")
-        ax.set(title="weak scaling: efficiency", xlabel="ranks", ylabel="efficiency", ylim=(0, 1.1))
-        ax.legend()
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        written.append(f"{prefix}-weak.png")
-        fig.savefig(written[-1])
-        plt.close(fig)
+        _efficiency(ax, ranks, seconds[0] / seconds, crowded, "weak scaling: efficiency")
+        written.append(_save(fig, (ax,), f"{prefix}-weak.png"))
     return written
 
 

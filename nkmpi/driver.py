@@ -4,7 +4,9 @@ Each iteration: start sending the block's centers x(t) to the neighbour
 ranks, run the local pass (reassign rows, accumulate cluster sums and counts)
 while they travel, wait for the neighbours' centers, and update.  At
 monitoring points the rank adds its share of the metrics and learns whether
-to stop.  The only collectives outside monitoring points are at set-up.
+to stop.  Global collectives happen only at set-up, at monitoring points and
+when a checkpoint is written; a stop after a signal is agreed through the
+neighbour messages themselves.
 """
 
 import sys
