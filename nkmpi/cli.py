@@ -23,9 +23,9 @@ from .errors import InputError, agree
 from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, graph_stats,
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
+from .monitor import LOOP_PHASES
 from .options import Options
 
-PHASES = ("local", "exchange", "update", "monitor")
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
 EXIT_FAILURE = 1
@@ -125,9 +125,9 @@ def options_from(args):
                    dropout_prob=args.dropout_prob)
 
 
-def default_output(data):
-    root, _ = os.path.splitext(data)
-    return root + ".result.h5"
+def sibling(path, suffix):
+    """`path` with its extension replaced by `suffix`: where default outputs go."""
+    return os.path.splitext(path)[0] + suffix
 
 
 def run_attrs(args, options, info, n_ranks, result, seconds):
@@ -155,8 +155,8 @@ def run_rank(args, comm, options, entered, stop_requested):
     """The body of `nkmpi run` on one rank, with thread pools set."""
     from . import driver, io, kernels
     rank, size = comm.Get_rank(), comm.Get_size()
-    out = args.out or default_output(args.data)
-    checkpoint_path = args.checkpoint or default_checkpoint(out)
+    out = args.out or sibling(args.data, ".result.h5")
+    checkpoint_path = args.checkpoint or sibling(out, ".checkpoint.h5")
     info = agree(comm, io.open_dataset, args.data)
     agree(comm, options.check_features, info.n_features)
     for path in (out, checkpoint_path):
@@ -244,11 +244,6 @@ def check_resumable(path, saved, options, info, graph_spec):
                          f"nothing left to do with --iters {options.max_iter}")
 
 
-def default_checkpoint(out):
-    root, _ = os.path.splitext(out)
-    return root + ".checkpoint.h5"
-
-
 def resident_bytes():
     """This process's resident memory now (Linux), else its peak so far."""
     try:
@@ -270,10 +265,10 @@ def rank_statistics(comm, result, shard_bytes, memory_before_load):
     before it read its rows (interpreter, libraries, compiled kernels).
     """
     peak = peak_resident_bytes()
-    mine = [result.seconds[p] for p in PHASES] + [result.bytes_sent, shard_bytes,
+    mine = [result.seconds[p] for p in LOOP_PHASES] + [result.bytes_sent, shard_bytes,
                                                   peak - memory_before_load, peak]
     table = np.array(comm.allgather(mine), dtype=np.float64)
-    stats = {f"rank_seconds_{p}": table[:, i] for i, p in enumerate(PHASES)}
+    stats = {f"rank_seconds_{p}": table[:, i] for i, p in enumerate(LOOP_PHASES)}
     stats.update(rank_bytes_sent_per_iteration=table[:, 4].astype(np.int64),
                  rank_shard_bytes=table[:, 5].astype(np.int64),
                  rank_peak_memory_bytes=table[:, 6].astype(np.int64),
@@ -282,7 +277,7 @@ def rank_statistics(comm, result, shard_bytes, memory_before_load):
 
 
 def resource_line(attrs, iterations):
-    per_iteration = {p: 1e3 * attrs[f"rank_seconds_{p}"].max() / iterations for p in PHASES}
+    per_iteration = {p: 1e3 * attrs[f"rank_seconds_{p}"].max() / iterations for p in LOOP_PHASES}
     mib = 2.0 ** 20
     phases = ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
     return (f"nkmpi: set-up {attrs['seconds_setup']:.2f} s; per iteration (slowest rank): {phases}"
@@ -301,7 +296,7 @@ def final_line(metrics, iterations, converged, seconds, out):
 def command_simulate(args):
     from . import io
     from .reference import simulate
-    out = args.out or default_output(args.data)
+    out = args.out or sibling(args.data, ".result.h5")
     options = options_from(args)
     info, points = io.read_all(args.data)
     options.check_features(info.n_features)

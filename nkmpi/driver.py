@@ -20,7 +20,7 @@ from . import kernels
 from .errors import InputError
 from .exchange import NeighbourExchange
 from .init import adopt_from_neighbours, agent_seed, has_distinct
-from .monitor import Monitor
+from .monitor import LOOP_PHASES, Monitor
 
 
 @dataclass
@@ -116,7 +116,7 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
         done = int(resume["attrs"]["iteration"])
     statistics = kernels.accumulators(len(agents), *shape)
     monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
-    seconds = dict.fromkeys(("local", "exchange", "update", "monitor", "checkpoint"), 0.0)
+    seconds = dict.fromkeys(LOOP_PHASES + ("checkpoint",), 0.0)
     loop_started = clock()
     seconds["initialization"] = loop_started - entered
 
@@ -148,7 +148,7 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
                                   kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b),
                                   changed, kernels.largest_move(centers, updated))
         t4 = clock()
-        for phase, spent in zip(seconds, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        for phase, spent in zip(LOOP_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             seconds[phase] += spent
         exchange.swap()
         if stop:

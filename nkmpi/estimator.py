@@ -13,7 +13,7 @@ same on every rank); `fit` is collective over the communicator.
 import numpy as np
 
 from .errors import InputError, agree
-from .graph import Network, build_network
+from .graph import Network, build_network, require_connected_graph
 from .options import Options
 
 
@@ -148,6 +148,5 @@ def _network(graph, n_agents, seed):
     if hasattr(graph, "edges") and callable(graph.edges):
         graph = np.array(list(graph.edges()), dtype=np.int64)
     network = Network.from_edges(n_agents, graph)
-    if not network.is_connected():
-        raise InputError(f"the agent graph over {n_agents} agents is not connected")
+    require_connected_graph(network, "the agent graph")
     return network

@@ -48,8 +48,7 @@ class Network:
         both_key = np.sort(np.concatenate([key, edges[:, 1] * n_agents + edges[:, 0]]))
         indptr = np.zeros(n_agents + 1, dtype=np.int64)
         np.cumsum(np.bincount(both_key // n_agents, minlength=n_agents), out=indptr[1:])
-        both = np.column_stack([both_key // n_agents, both_key % n_agents])
-        return cls(n_agents, edges, indptr, both[:, 1].copy())
+        return cls(n_agents, edges, indptr, both_key % n_agents)
 
     @property
     def degree(self):
@@ -186,10 +185,16 @@ def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=
         if name != "rgg":
             edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
     network = Network.from_edges(m, edges)
-    if require_connected and not network.is_connected():
-        raise InputError(f"graph {spec!r} over {m} agents is not connected: agents could never agree "
-                         "(use another seed, a denser graph, or a connected edge list)")
+    if require_connected:
+        require_connected_graph(network, f"graph {spec!r}")
     return network
+
+
+def require_connected_graph(network, name):
+    """InputError for a disconnected graph: NK-means cannot reach agreement on it."""
+    if not network.is_connected():
+        raise InputError(f"{name} over {network.n_agents} agents is not connected: agents could never "
+                         "agree (use another seed, a denser graph, or a connected edge list)")
 
 
 def graph_stats(network):

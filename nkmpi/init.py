@@ -21,9 +21,7 @@ from .errors import InputError
 
 def has_distinct(points, n_clusters):
     """True when `points` holds at least `n_clusters` distinct rows (k-means++ needs them)."""
-    if points.shape[0] < n_clusters:
-        return False
-    return np.unique(points, axis=0).shape[0] >= n_clusters
+    return len(distinct_rows(points, n_clusters)) >= n_clusters
 
 
 def distinct_rows(points, limit, chunk=4096):

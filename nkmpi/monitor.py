@@ -13,6 +13,9 @@ import time
 
 import numpy as np
 
+#: The timed phases of one iteration, in order (per-rank totals in the result's attributes).
+LOOP_PHASES = ("local", "exchange", "update", "monitor")
+
 #: The per-monitoring-point series of a result file (group metrics/).
 METRICS = ("iteration", "objective", "sse", "edge_disagreement", "changed", "max_move", "seconds")
 
