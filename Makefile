@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 MPI    ?= mpich
 DEMO    = demo
 
-.PHONY: install test test-slurm demo bench scaling clean
+.PHONY: install test test-slurm demo bench scaling experiments clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -40,5 +40,8 @@ scaling:
 	$(BIN)/python jobs/scaling.py --ranks 1 2 4 --out-dir scaling
 	$(BIN)/python -m data_tools.plot scaling scaling/strong.csv scaling/weak.csv --out scaling/scaling
 
+experiments:
+	$(BIN)/python jobs/experiments.py --out-dir experiments
+
 clean:
-	rm -rf $(DEMO) scaling .pytest_cache build *.egg-info
+	rm -rf $(DEMO) scaling experiments .pytest_cache build *.egg-info

@@ -63,6 +63,15 @@ def _add_run_options(parser):
                              "probability Q (default 0)")
     parser.add_argument("--dropout-prob", type=float, default=0.0, metavar="D",
                         help="simulate agents that sit out an iteration with probability D (default 0)")
+    parser.add_argument("--algorithm", default="nkmeans", choices=("nkmeans", "lloyd"),
+                        help="nkmeans (default), or lloyd: exact centralized Lloyd over the pooled "
+                             "data with one global reduction per iteration, the baseline to compare with")
+    parser.add_argument("--inner", type=int, default=1, metavar="Q",
+                        help="center updates per pass over the data, each one neighbour exchange; "
+                             "same fixed points, fewer passes (default 1)")
+    parser.add_argument("--rho-schedule", default=None, metavar="START[:FACTOR]",
+                        help="start at rho=START and multiply rho by FACTOR (default 10) each time "
+                             "the run comes to rest, up to --rho (default: --rho throughout)")
     parser.add_argument("--out", default=None, metavar="RESULT.h5",
                         help="result file (default: DATA's name with .result.h5)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -114,6 +123,20 @@ def read_init(spec):
         raise InputError(f"--init {spec}: cannot read: {exc}") from None
 
 
+def read_rho_schedule(spec):
+    """--rho-schedule START[:FACTOR] as (start, factor)."""
+    if spec is None:
+        return None
+    parts = spec.split(":")
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        return float(parts[0]), float(parts[1]) if len(parts) == 2 else 10.0
+    except ValueError:
+        raise InputError(f"--rho-schedule {spec!r}: expected START or START:FACTOR, "
+                         "for example 1:10") from None
+
+
 def options_from(args):
     if getattr(args, "threads", 1) < 1:
         raise InputError(f"--threads must be at least 1, got {args.threads}")
@@ -122,7 +145,8 @@ def options_from(args):
     return Options(n_clusters=args.clusters, rho=args.rho, alpha=args.alpha, max_iter=args.iters,
                    tol=args.tol, init=read_init(args.init), seed=args.seed,
                    monitor_every=args.monitor_every, link_failure_prob=args.link_failure_prob,
-                   dropout_prob=args.dropout_prob)
+                   dropout_prob=args.dropout_prob, algorithm=args.algorithm, inner=args.inner,
+                   rho_schedule=read_rho_schedule(args.rho_schedule))
 
 
 def sibling(path, suffix):
@@ -184,13 +208,13 @@ def run_rank(args, comm, options, entered, stop_requested):
             print(text, flush=True)
 
     say(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
-        f"K={options.n_clusters}, rho={options.rho:g}, alpha={options.alpha:g}, "
+        f"K={options.n_clusters}, {method_text(options)}, "
         f"graph {default_spec(args.graph, info.edges)} ({len(network.edges)} edges), {size} rank(s)"
         + (f", resuming at iteration {resume['attrs']['iteration']}" if resume else ""))
 
     def write_checkpoint(snapshot):
         attrs = run_attrs(args, options, info, size, snapshot, time.perf_counter() - started)
-        attrs["iteration"] = snapshot.iterations
+        attrs.update(iteration=snapshot.iterations, rho_stage=snapshot.rho_stage)
         io.write_checkpoint(checkpoint_path, comm, n_agents=info.n_agents, n_points=info.n_points,
                             agent_start=first, centers=snapshot.centers,
                             initial_centers=snapshot.initial_centers, row_start=row_start,
@@ -225,8 +249,9 @@ def run_rank(args, comm, options, entered, stop_requested):
 
 
 #: What a checkpoint must share with the run that resumes it for the result to be the same.
-RESUME_KEYS = ("n_clusters", "rho", "alpha", "tol", "seed", "monitor_every", "link_failure_prob",
-               "dropout_prob", "graph", "n_agents", "n_points", "n_features")
+RESUME_KEYS = ("algorithm", "n_clusters", "rho", "alpha", "tol", "seed", "monitor_every",
+               "link_failure_prob", "dropout_prob", "inner", "rho_schedule", "graph", "n_agents",
+               "n_points", "n_features")
 
 
 def check_resumable(path, saved, options, info, graph_spec):
@@ -284,6 +309,18 @@ def resource_line(attrs, iterations):
             f"; sent {attrs['rank_bytes_sent_per_iteration'].max() / 1024:.3g} KiB per rank; "
             f"peak memory {attrs['rank_peak_memory_bytes'].max() / mib:.1f} MiB per rank "
             f"for a {attrs['rank_shard_bytes'].max() / mib:.1f} MiB shard")
+
+
+def method_text(options):
+    """The algorithm and its parameters, for the first progress line."""
+    if options.algorithm == "lloyd":
+        return "exact Lloyd (one allreduce per iteration)"
+    text = f"NK-means rho={options.rho:g}, alpha={options.alpha:g}"
+    if options.inner > 1:
+        text += f", {options.inner} center updates per pass"
+    if options.rho_schedule is not None:
+        text += ", rho schedule " + " -> ".join(f"{r:g}" for r in options.rho_stages())
+    return text
 
 
 def final_line(metrics, iterations, converged, seconds, out):

@@ -7,6 +7,10 @@ monitoring points the rank adds its share of the metrics and learns whether
 to stop.  Global collectives happen only at set-up, at monitoring points and
 when a checkpoint is written; a stop after a signal is agreed through the
 neighbour messages themselves.
+
+Lloyd's baseline (options.algorithm 'lloyd') runs on the same rows and writes
+the same result, but replaces the neighbour exchange by one global reduction
+of the cluster totals per iteration: the exact centralized algorithm.
 """
 
 import sys
@@ -18,7 +22,7 @@ from mpi4py import MPI
 
 from . import kernels
 from .errors import InputError
-from .exchange import NeighbourExchange
+from .exchange import ClusterTotals, NeighbourExchange
 from .init import adopt_from_neighbours, agent_seed, has_distinct
 from .monitor import LOOP_PHASES, Monitor
 
@@ -39,6 +43,7 @@ class BlockResult:
         exchange plan and initial centers), 'checkpoint' (writing them) and 'loop'
         (all iterations, wall).
     interrupted : stopped on request (a signal) before the end: write a checkpoint.
+    rho_stage : index into options.rho_stages() of the rho in use.
     """
 
     centers: np.ndarray
@@ -50,19 +55,14 @@ class BlockResult:
     bytes_sent: int
     seconds: dict
     interrupted: bool = False
+    rho_stage: int = 0
 
 
-def initial_centers(comm, exchange, points, offsets, agents, options):
-    """Seed (flood: only the lowest qualifying agent; local: every qualifying one),
-    then flood rounds over neighbour exchanges until every agent has centers.
-    Writes into exchange.centers."""
-    centers = exchange.centers
-    if not isinstance(options.init, str):
-        centers[:] = options.init
-        return
-    centers[:] = np.nan
+def seeders_and_source(comm, points, offsets, agents, options):
+    """Block indices of the agents that seed k-means++ (flood: only the lowest
+    qualifying agent of the whole run, found by one allreduce)."""
     seeders = []
-    for i, agent in enumerate(agents):
+    for i in range(len(agents)):
         if has_distinct(points[offsets[i]:offsets[i + 1]], options.n_clusters):
             seeders.append(i)
             if options.init == "flood":
@@ -74,6 +74,19 @@ def initial_centers(comm, exchange, points, offsets, agents, options):
     if comm.allreduce(len(seeders), op=MPI.SUM) == 0:
         raise InputError(f"no agent holds {options.n_clusters} distinct points, so none can seed "
                          "k-means++: lower -k or pass --init file:PATH", collective=True)
+    return seeders
+
+
+def initial_centers(comm, exchange, points, offsets, agents, options):
+    """Seed (flood: only the lowest qualifying agent; local: every qualifying one),
+    then flood rounds over neighbour exchanges until every agent has centers.
+    Writes into exchange.centers."""
+    centers = exchange.centers
+    if not isinstance(options.init, str):
+        centers[:] = options.init
+        return
+    centers[:] = np.nan
+    seeders = seeders_and_source(comm, points, offsets, agents, options)
     for i in seeders:
         centers[i] = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]),
                                 options.n_clusters, options.seed)
@@ -83,9 +96,25 @@ def initial_centers(comm, exchange, points, offsets, agents, options):
         lacking = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
 
 
+def shared_initial_centers(comm, points, offsets, agents, owner, options):
+    """Lloyd's one set of (K, p) centers: the given ones, or the k-means++ seed of the
+    agent that flood init would spread (so both algorithms start alike)."""
+    if not isinstance(options.init, str):
+        return np.array(options.init, dtype=np.float64)
+    seeders = seeders_and_source(comm, points, offsets, agents, options)
+    source = comm.allreduce(int(agents[seeders[0]]) if seeders else -1, op=MPI.MAX)
+    seed = None
+    if seeders:
+        i = seeders[0]
+        seed = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]), options.n_clusters,
+                          options.seed)
+    return comm.bcast(seed, root=int(owner[source]))
+
+
 def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdout, resume=None,
         checkpoint=None, checkpoint_every=0, stop_requested=None):
-    """Run NK-means on this rank's block; collective over `comm`.
+    """Run NK-means (or Lloyd's baseline, by options.algorithm) on this rank's block;
+    collective over `comm`.
 
     points : (n, p) the block's rows, grouped by agent.
     offsets : (L+1,) block-local row offsets of the agents.
@@ -95,73 +124,181 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     checkpoint : called as checkpoint(BlockResult) on every rank after each
         `checkpoint_every`-th iteration (not the last), to write it.
     stop_requested : polled every iteration (a signal arrived): the ranks then
-        agree through the exchange's control rows on an iteration, at most the
-        rank graph's diameter ahead, after which they all stop, interrupted.
+        agree on an iteration after which they all stop, interrupted.
     """
-    clock = time.perf_counter
-    entered = clock()
-    offsets = np.asarray(offsets, dtype=np.int64)
-    agents = np.asarray(agents, dtype=np.int64)
-    shape = (options.n_clusters, points.shape[1])
-    exchange = NeighbourExchange(comm, network, owner, agents, shape)
-    if resume is None:
-        initial_centers(comm, exchange, points, offsets, agents, options)
-        start_centers = exchange.centers.copy()
-        labels = np.full(points.shape[0], -1, dtype=np.int32)
-        done = 0
-    else:
-        exchange.centers[:] = resume["centers"]
-        start_centers = resume["initial_centers"]
-        labels = np.ascontiguousarray(resume["labels"], dtype=np.int32)
-        done = int(resume["attrs"]["iteration"])
-    statistics = kernels.accumulators(len(agents), *shape)
-    monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
-    seconds = dict.fromkeys(LOOP_PHASES + ("checkpoint",), 0.0)
-    loop_started = clock()
-    seconds["initialization"] = loop_started - entered
+    loop = _Loop(comm, points, offsets, agents, network, owner, options, stream, resume,
+                 checkpoint, checkpoint_every, stop_requested)
+    return loop.run_lloyd() if options.algorithm == "lloyd" else loop.run_nkmeans()
 
-    def snapshot(iteration, interrupted=False):
-        return BlockResult(exchange.centers, start_centers, labels, monitor.metrics(), iteration,
-                           monitor.converged, exchange.bytes_sent, seconds, interrupted)
 
-    iteration, interrupted = done, False
-    for iteration in range(done + 1, options.max_iter + 1):
-        t0 = clock()
-        if stop_requested is not None and exchange.control == np.inf and stop_requested():
-            exchange.control = iteration + exchange.rank_diameter
-        exchange.start()
-        centers = exchange.centers
-        sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels,
-                                                                   out=statistics)
-        t1 = clock()
-        ext = exchange.finish()
-        t2 = clock()
-        updated = kernels.center_update(centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums, counts,
-                                        options.rho, options.alpha, out=exchange.spare,
-                                        agent_ids=agents, nbr_ids=exchange.nbr_ids, iteration=iteration,
-                                        seed=options.seed, link_failure_prob=options.link_failure_prob,
-                                        dropout_prob=options.dropout_prob)
-        t3 = clock()
-        stop = False
-        if options.is_monitor_point(iteration):
-            stop = monitor.record(iteration, sse.sum(),
-                                  kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b),
-                                  changed, kernels.largest_move(centers, updated))
-        t4 = clock()
-        for phase, spent in zip(LOOP_PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-            seconds[phase] += spent
-        exchange.swap()
-        if stop:
-            break
-        if iteration >= exchange.control and iteration < options.max_iter:
-            interrupted = True
-            break
-        if checkpoint is not None and checkpoint_every and iteration % checkpoint_every == 0 \
-                and iteration < options.max_iter:
-            checkpoint(snapshot(iteration))
-            seconds["checkpoint"] += clock() - t4
-    seconds["loop"] = clock() - loop_started
-    if not interrupted:
-        kernels.nearest_labels(points, offsets, exchange.centers, labels)
-    exchange.free()
-    return snapshot(iteration, interrupted)
+class _Loop:
+    """State shared by the two iteration loops: rows, labels, timings, monitor."""
+
+    def __init__(self, comm, points, offsets, agents, network, owner, options, stream, resume,
+                 checkpoint, checkpoint_every, stop_requested):
+        self.entered = time.perf_counter()
+        self.comm, self.points, self.options = comm, points, options
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.agents = np.asarray(agents, dtype=np.int64)
+        self.network, self.owner = network, owner
+        self.shape = (options.n_clusters, points.shape[1])
+        self.resume = resume
+        self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
+        self.stop_requested = stop_requested or (lambda: False)
+        self.statistics = kernels.accumulators(len(agents), *self.shape)
+        self.monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
+        self.seconds = dict.fromkeys(LOOP_PHASES + ("checkpoint",), 0.0)
+        if resume is None:
+            self.labels = np.full(points.shape[0], -1, dtype=np.int32)
+            self.done, self.stage = 0, 0
+        else:
+            self.labels = np.ascontiguousarray(resume["labels"], dtype=np.int32)
+            self.done = int(resume["attrs"]["iteration"])
+            self.stage = int(resume["attrs"]["rho_stage"])
+        self.converged = False
+
+    def snapshot(self, centers, start_centers, iteration, bytes_sent, interrupted=False):
+        return BlockResult(centers, start_centers, self.labels, self.monitor.metrics(), iteration,
+                           self.converged, bytes_sent, self.seconds, interrupted, self.stage)
+
+    def time_phases(self, *stamps):
+        for phase, start, stop in zip(LOOP_PHASES, stamps, stamps[1:]):
+            self.seconds[phase] += stop - start
+
+    def local_pass(self, centers):
+        return kernels.assign_and_accumulate(self.points, self.offsets, centers, self.labels,
+                                             out=self.statistics)
+
+    def checkpoint_due(self, iteration):
+        return (self.checkpoint is not None and self.checkpoint_every
+                and iteration % self.checkpoint_every == 0 and iteration < self.options.max_iter)
+
+    def at_rest(self, rested):
+        """A monitoring point found the run at rest: the end, or the next rho stretch."""
+        if rested and self.stage + 1 < len(self.options.rho_stages()):
+            self.stage += 1
+            return False
+        self.converged = rested
+        return rested
+
+    def run_nkmeans(self):
+        """Each iteration: start sending x(t), the local pass while it travels, wait,
+        update; then inner - 1 more exchanges and updates on the same partition."""
+        clock, options = time.perf_counter, self.options
+        exchange = NeighbourExchange(self.comm, self.network, self.owner, self.agents, self.shape)
+        if self.resume is None:
+            initial_centers(self.comm, exchange, self.points, self.offsets, self.agents, options)
+            start_centers = exchange.centers.copy()
+        else:
+            exchange.centers[:] = self.resume["centers"]
+            start_centers = self.resume["initial_centers"]
+        stages, q = options.rho_stages(), options.inner
+        loop_started = clock()
+        self.seconds["initialization"] = loop_started - self.entered
+
+        iteration, interrupted = self.done, False
+        for iteration in range(self.done + 1, options.max_iter + 1):
+            t0 = clock()
+            if exchange.control == np.inf and self.stop_requested():
+                exchange.control = iteration + exchange.rank_diameter
+            rho = stages[self.stage]
+            monitoring = options.is_monitor_point(iteration)
+            exchange.start()
+            sums, counts, sse, changed = self.local_pass(exchange.centers)
+            t1 = clock()
+            waited = updating = 0.0
+            for step in range(q):
+                t_wait = clock()
+                ext = exchange.finish() if step == 0 else exchange.exchange()
+                t_update = clock()
+                if step == 0 and monitoring:
+                    disagreement = kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b)
+                    before = exchange.centers.copy() if q > 1 else exchange.centers
+                kernels.center_update(exchange.centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums,
+                                      counts, rho, options.alpha, out=exchange.spare,
+                                      agent_ids=self.agents, nbr_ids=exchange.nbr_ids,
+                                      iteration=(iteration - 1) * q + step + 1, seed=options.seed,
+                                      link_failure_prob=options.link_failure_prob,
+                                      dropout_prob=options.dropout_prob)
+                exchange.swap()
+                waited += t_update - t_wait
+                updating += clock() - t_update
+            t3 = clock()
+            stop = False
+            if monitoring:
+                rested = self.monitor.record(iteration, sse.sum(), disagreement, changed,
+                                             kernels.largest_move(before, exchange.centers), rho)
+                stop = self.at_rest(rested)
+            t4 = clock()
+            self.time_phases(t0, t1, t1 + waited, t1 + waited + updating, t1 + waited + updating
+                             + (t4 - t3))
+            if stop:
+                break
+            if iteration >= exchange.control and iteration < options.max_iter:
+                interrupted = True
+                break
+            if self.checkpoint_due(iteration):
+                self.checkpoint(self.snapshot(exchange.centers, start_centers, iteration,
+                                              exchange.bytes_sent))
+                self.seconds["checkpoint"] += clock() - t4
+        self.seconds["loop"] = clock() - loop_started
+        if not interrupted:
+            kernels.nearest_labels(self.points, self.offsets, exchange.centers, self.labels)
+        result = self.snapshot(exchange.centers, start_centers, iteration, exchange.bytes_sent,
+                               interrupted)
+        exchange.free()
+        return result
+
+    def run_lloyd(self):
+        """Exact Lloyd on the pooled rows: each iteration the local pass, one fused
+        allreduce of the block's cluster totals, and the means on every rank."""
+        clock, options = time.perf_counter, self.options
+        n_local = len(self.agents)
+        if self.resume is None:
+            centers = shared_initial_centers(self.comm, self.points, self.offsets, self.agents,
+                                             self.owner, options)
+            start_centers = np.broadcast_to(centers, (n_local,) + self.shape).copy()
+        else:
+            centers = self.comm.bcast(self.resume["centers"][0] if n_local else None,
+                                      root=int(self.owner[0]))
+            start_centers = self.resume["initial_centers"]
+        totals = ClusterTotals(self.comm, self.shape)
+        block = np.empty((n_local,) + self.shape)
+        loop_started = clock()
+        self.seconds["initialization"] = loop_started - self.entered
+
+        iteration, interrupted = self.done, False
+        for iteration in range(self.done + 1, options.max_iter + 1):
+            t0 = clock()
+            block[:] = centers
+            sums, counts, sse, changed = self.local_pass(block)
+            block_sums, block_counts = kernels.block_totals(sums, counts)
+            block_sse, block_changed = sse.sum(), changed
+            t1 = clock()
+            sums, counts, _, changed, signalled = totals.allreduce(
+                block_sums, block_counts, block_sse, block_changed, self.stop_requested())
+            t2 = clock()
+            updated = kernels.cluster_means(sums, counts, centers)
+            t3 = clock()
+            rested = options.monitor_every > 0 and changed == 0
+            if options.is_monitor_point(iteration) or rested:
+                self.monitor.record(iteration, block_sse, 0.0, block_changed,
+                                    kernels.largest_move(centers[None], updated[None]), options.rho)
+                self.converged = rested
+            centers = updated
+            t4 = clock()
+            self.time_phases(t0, t1, t2, t3, t4)
+            if rested:
+                break
+            if signalled and iteration < options.max_iter:
+                interrupted = True
+                break
+            if self.checkpoint_due(iteration):
+                block[:] = centers
+                self.checkpoint(self.snapshot(block, start_centers, iteration, totals.bytes_sent))
+                self.seconds["checkpoint"] += clock() - t4
+        self.seconds["loop"] = clock() - loop_started
+        block[:] = centers
+        if not interrupted:
+            kernels.nearest_labels(self.points, self.offsets, block, self.labels)
+        return self.snapshot(block, start_centers, iteration, totals.bytes_sent, interrupted)

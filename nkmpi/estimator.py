@@ -31,6 +31,10 @@ class NKMeans:
     random_state : int, seeds k-means++ and random graph specs.
     monitor_every : int, gather metrics and test convergence every this many
         iterations (0: only at the end, no early stop).
+    algorithm : 'nkmeans', or 'lloyd' (exact centralized Lloyd, the baseline).
+    inner : center updates per pass over the data (same fixed points, fewer passes).
+    rho_schedule : None or (start, factor): raise rho from `start` by `factor`
+        each time the run comes to rest, up to `rho`.
     n_threads : compute threads of this rank (default 1: one per rank under MPI).
     comm : mpi4py communicator (default MPI.COMM_WORLD).
 
@@ -46,7 +50,8 @@ class NKMeans:
     """
 
     def __init__(self, n_clusters=8, *, rho=10.0, alpha=0.5, max_iter=1000, tol=1e-6, init="flood",
-                 random_state=0, monitor_every=10, n_threads=1, comm=None):
+                 random_state=0, monitor_every=10, algorithm="nkmeans", inner=1, rho_schedule=None,
+                 n_threads=1, comm=None):
         self.n_clusters = n_clusters
         self.rho = rho
         self.alpha = alpha
@@ -55,13 +60,17 @@ class NKMeans:
         self.init = init
         self.random_state = random_state
         self.monitor_every = monitor_every
+        self.algorithm = algorithm
+        self.inner = inner
+        self.rho_schedule = rho_schedule
         self.n_threads = n_threads
         self.comm = comm
 
     def _options(self):
         return Options(n_clusters=self.n_clusters, rho=self.rho, alpha=self.alpha,
                        max_iter=self.max_iter, tol=self.tol, init=self.init,
-                       seed=self.random_state, monitor_every=self.monitor_every)
+                       seed=self.random_state, monitor_every=self.monitor_every,
+                       algorithm=self.algorithm, inner=self.inner, rho_schedule=self.rho_schedule)
 
     def fit(self, X, agent_offsets=None, graph="ring", agents=None):
         """Fit on this rank's rows.

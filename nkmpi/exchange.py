@@ -1,4 +1,5 @@
-"""Neighbour exchange of centers: the only neighbour-MPI code of nkmpi.
+"""How centers travel between ranks: the neighbour exchange of NK-means (the
+only neighbour-MPI code of nkmpi) and the global reduction of Lloyd's baseline.
 
 A distributed-graph communicator joins the ranks that host neighbouring
 agents.  Each iteration a rank sends each neighbour rank exactly the centers
@@ -162,3 +163,38 @@ class NeighbourExchange:
         for request in self._requests:
             request.Free()
         self.graph_comm.Free()
+
+
+class ClusterTotals:
+    """Lloyd's baseline: one fused Allreduce per iteration of the K x p cluster
+    sums, the K counts, the cost, the changed labels and a stop request.
+
+    Every rank then holds the pooled totals and computes the same means; the
+    stop request (a signal on any rank) reaches every rank in the same iteration.
+    """
+
+    def __init__(self, comm, shape):
+        self.comm = comm
+        self.shape = tuple(shape)
+        n_clusters, n_features = self.shape
+        self.buffer = np.empty(n_clusters * n_features + n_clusters + 3)
+
+    @property
+    def bytes_sent(self):
+        """Bytes this rank contributes per iteration."""
+        return self.buffer.nbytes
+
+    def allreduce(self, sums, counts, sse, changed, stop_requested):
+        """Sum (K, p) sums, (K,) counts, sse and changed over ranks; any stop request.
+
+        Returns the pooled (sums, counts, sse, changed, stop) on every rank.
+        """
+        n_clusters, n_features = self.shape
+        width = n_clusters * n_features
+        buffer = self.buffer
+        buffer[:width] = sums.reshape(-1)
+        buffer[width:width + n_clusters] = counts
+        buffer[-3:] = sse, changed, float(stop_requested)
+        self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+        return (buffer[:width].reshape(self.shape), buffer[width:width + n_clusters],
+                float(buffer[-3]), int(buffer[-2]), bool(buffer[-1] > 0))

@@ -5,7 +5,8 @@ At a monitoring point every rank contributes four numbers for its agents
 combines them, keeps the row, prints a progress line, decides whether the run
 has reached a generalized Lloyd minimum, and every rank learns the decision in
 one broadcast.  Metrics are for monitoring only: nothing in the iteration
-depends on them except that decision.
+depends on them except that decision (and, under a rho schedule, when to
+raise rho, which is the same decision).
 """
 
 import sys
@@ -17,7 +18,8 @@ import numpy as np
 LOOP_PHASES = ("local", "exchange", "update", "monitor")
 
 #: The per-monitoring-point series of a result file (group metrics/).
-METRICS = ("iteration", "objective", "sse", "edge_disagreement", "changed", "max_move", "seconds")
+METRICS = ("iteration", "objective", "sse", "edge_disagreement", "changed", "max_move", "rho",
+           "seconds")
 
 
 class Monitor:
@@ -35,10 +37,13 @@ class Monitor:
             self.rows = [tuple(earlier[name][i].item() for name in METRICS)
                          for i in range(len(earlier["iteration"]))]
             self.start -= self.rows[-1][-1]           # seconds go on from where they stopped
-        self.converged = False
 
-    def record(self, iteration, sse, disagreement, changed, move):
-        """Record one monitoring point; returns True on every rank when the run should stop."""
+    def record(self, iteration, sse, disagreement, changed, move, rho):
+        """Record one monitoring point, with the objective at `rho` (the current one).
+
+        Returns, on every rank, whether the run is at rest: no assignment
+        changed and no center moved more than tol (never with monitor_every 0).
+        """
         partial = (float(sse), float(disagreement), int(changed), float(move))
         parts = [partial] if self.comm is None else self.comm.gather(partial, root=0)
         stop = False
@@ -47,30 +52,27 @@ class Monitor:
             disagreement = sum(p[1] for p in parts)
             changed = sum(p[2] for p in parts)
             move = max(p[3] for p in parts)
-            objective = sse + self.options.rho * disagreement
-            row = (iteration, objective, sse, disagreement, changed, move,
+            objective = sse + rho * disagreement
+            row = (iteration, objective, sse, disagreement, changed, move, rho,
                    time.perf_counter() - self.start)
             self.rows.append(row)
-            self.converged = (self.options.monitor_every > 0 and changed == 0
-                              and move <= self.options.tol)
-            stop = self.converged
+            stop = (self.options.monitor_every > 0 and changed == 0 and move <= self.options.tol)
             if self.stream is not None:
                 self.stream.write(format_progress(row, self.options.max_iter) + "\n")
                 self.stream.flush()
         if self.comm is not None:
             stop = self.comm.bcast(stop, root=0)
-            self.converged = stop
         return stop
 
     def metrics(self):
         """dict name -> 1-D array of the recorded rows (empty arrays off rank 0)."""
         columns = list(zip(*self.rows)) if self.rows else [()] * len(METRICS)
-        dtypes = (np.int64, float, float, float, np.int64, float, float)
+        dtypes = (np.int64, float, float, float, np.int64, float, float, float)
         return {name: np.asarray(col, dtype=dt) for name, col, dt in zip(METRICS, columns, dtypes)}
 
 
 def format_progress(row, max_iter):
-    iteration, objective, sse, disagreement, changed, move, seconds = row
+    iteration, objective, sse, disagreement, changed, move, rho, seconds = row
     return (f"nkmpi: iter {iteration:>{len(str(max_iter))}}/{max_iter}  objective {objective:.9e}  "
             f"sse {sse:.6e}  disagreement {disagreement:.3e}  changed {changed}  "
-            f"move {move:.3e}  {seconds:.2f} s")
+            f"move {move:.3e}  rho {rho:g}  {seconds:.2f} s")

@@ -8,6 +8,7 @@ import numpy as np
 from .errors import InputError
 
 INIT_METHODS = ("flood", "local")
+ALGORITHMS = ("nkmeans", "lloyd")
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,15 @@ class Options:
         which also disables early stopping).
     link_failure_prob : each undirected link is down at an iteration with this probability.
     dropout_prob : each agent sits out an iteration (keeps its centers) with this probability.
+    algorithm : 'nkmeans', or 'lloyd': exact centralized Lloyd over the pooled data
+        (every agent holds the same centers; a baseline, with one global reduction
+        per iteration).
+    inner : center updates per pass over the data (q).  The partition stays fixed
+        during them, so the objective still never increases and the fixed points
+        are unchanged; each update is one neighbour exchange.
+    rho_schedule : None, or (start, factor): run at rho = start, and each time the
+        run comes to rest (as for `tol`) multiply rho by `factor`, up to `rho`.
+        Only the last stretch, at `rho` itself, ends the run.
     """
 
     n_clusters: int
@@ -38,6 +48,9 @@ class Options:
     monitor_every: int = 10
     link_failure_prob: float = 0.0
     dropout_prob: float = 0.0
+    algorithm: str = "nkmeans"
+    inner: int = 1
+    rho_schedule: object = None
 
     def __post_init__(self):
         def need(ok, what):
@@ -62,6 +75,27 @@ class Options:
             value = getattr(self, name)
             need(isinstance(value, Real) and 0 <= value < 1,
                  f"{name.replace('_', '-')} must be in [0, 1), got {value!r}")
+        need(self.algorithm in ALGORITHMS,
+             f"unknown algorithm {self.algorithm!r}: use {' or '.join(ALGORITHMS)}")
+        need(isinstance(self.inner, Integral) and self.inner >= 1,
+             f"inner updates per pass must be a positive integer, got {self.inner!r}")
+        if self.rho_schedule is not None:
+            start, factor = (float(v) for v in self.rho_schedule)
+            need(np.isfinite(start) and 0 < start <= self.rho,
+                 f"the rho schedule must start at a positive rho <= rho={self.rho:g}, got {start!r}")
+            need(np.isfinite(factor) and factor > 1,
+                 f"the rho schedule's factor must be > 1, got {factor!r}")
+            need(self.monitor_every > 0,
+                 "a rho schedule moves on when the run comes to rest, which is tested at "
+                 "monitoring points: monitor-every must be > 0")
+            object.__setattr__(self, "rho_schedule", (start, factor))
+        if self.algorithm == "lloyd":
+            need(self.inner == 1 and self.rho_schedule is None,
+                 "inner updates and a rho schedule are NK-means options, not Lloyd's")
+            need(self.link_failure_prob == 0 and self.dropout_prob == 0,
+                 "simulated faults are NK-means options: Lloyd has no links to fail")
+            need(not (isinstance(self.init, str) and self.init == "local"),
+                 "Lloyd keeps one set of centers: use --init flood or file:PATH, not local")
         if isinstance(self.init, str):
             need(self.init in INIT_METHODS,
                  f"unknown init {self.init!r}: use flood, local or file:PATH")
@@ -83,8 +117,21 @@ class Options:
         return (iteration == self.max_iter
                 or (self.monitor_every > 0 and iteration % self.monitor_every == 0))
 
+    def rho_stages(self):
+        """The rho of each stretch of the run: start, start*factor, ... below rho, then rho."""
+        if self.rho_schedule is None:
+            return [float(self.rho)]
+        start, factor = self.rho_schedule
+        stages = []
+        while start < self.rho * (1 - 1e-12):
+            stages.append(start)
+            start *= factor
+        return stages + [float(self.rho)]
+
     def as_attrs(self):
         """The options as HDF5 attributes (the init array is stored as a dataset)."""
         attrs = asdict(self)
         attrs["init"] = self.init if isinstance(self.init, str) else "array"
+        attrs["rho_schedule"] = ("none" if self.rho_schedule is None
+                                 else "%r:%r" % self.rho_schedule)
         return attrs

@@ -79,21 +79,37 @@ def nearest(rows, centers):
 
 
 def simulate(points, offsets, network, options, stream=None):
-    """Run NK-means on all agents serially; returns a SimulationResult.
+    """Run NK-means (or, with options.algorithm 'lloyd', centralized Lloyd) on all
+    agents serially; returns a SimulationResult.
 
     points (N, p) grouped by agent, offsets (M+1,), network a graph.Network,
     options an options.Options.  Progress lines go to `stream` when given.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     rows = agent_rows(points, offsets)
-    n_agents, k = network.n_agents, options.n_clusters
     options.check_features(points.shape[1])
     centers = initial_centers(rows, network, options)
-    start_centers = centers.copy()
-    labels = [np.full(len(r), -1, dtype=np.int64) for r in rows]
     monitor = Monitor(options, comm=None, stream=stream)
-    iteration = 0
+    if options.algorithm == "lloyd":
+        final, iteration, converged = _lloyd_run(points, centers[0], options, monitor)
+        centers_out = np.broadcast_to(final, centers.shape).copy()
+    else:
+        centers_out, iteration, converged = _nkmeans_run(rows, centers, network, options, monitor)
+    assignments = np.concatenate([nearest(rows[m], centers_out[m])[1] for m in range(len(rows))])
+    return SimulationResult(centers_out, assignments.astype(np.int64), monitor.metrics(),
+                            iteration, converged, centers)
+
+
+def _nkmeans_run(rows, centers, network, options, monitor):
+    """The NK-means iterations: a pass over each agent's rows, then `inner` center
+    updates on that partition; rho follows options.rho_stages()."""
+    n_agents, k = network.n_agents, options.n_clusters
+    labels = [np.full(len(r), -1, dtype=np.int64) for r in rows]
+    stages, stage = options.rho_stages(), 0
+    a, b = network.edges.T
+    iteration, converged = 0, False
     for iteration in range(1, options.max_iter + 1):
+        rho = stages[stage]
         sse, changed = 0.0, 0
         sums = np.zeros(centers.shape)
         counts = np.zeros((n_agents, k), dtype=np.int64)
@@ -104,34 +120,59 @@ def simulate(points, offsets, network, options, stream=None):
             sse += float(dist[np.arange(len(new_labels)), new_labels].astype(np.float64).sum())
             np.add.at(sums[m], new_labels, rows[m])
             counts[m] = np.bincount(new_labels, minlength=k)
-        updated = np.empty_like(centers)
-        for m in range(n_agents):
-            if not takes_part(options.seed, m, iteration, options.dropout_prob):
-                updated[m] = centers[m]
-                continue
-            up = [l for l in network.neighbours(m)
-                  if link_up(options.seed, m, l, iteration, options.link_failure_prob)]
-            neighbour_total = np.zeros(centers.shape[1:])
-            for l in up:
-                neighbour_total += centers[l]
-            weight = counts[m] / options.rho + len(up)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mu = (sums[m] / options.rho + neighbour_total) / weight[:, None]
-            mu[weight == 0] = centers[m][weight == 0]
-            updated[m] = centers[m] - options.alpha * (centers[m] - mu)
+        before = centers
+        for step in range(options.inner):
+            centers = center_update(centers, sums, counts, network, options, rho,
+                                    update=(iteration - 1) * options.inner + step + 1)
         if options.is_monitor_point(iteration):
-            a, b = network.edges.T
-            disagreement = float(((centers[a] - centers[b]) ** 2).sum())
-            move = float(np.sqrt(((updated - centers) ** 2).sum(axis=-1)).max())
-            stop = monitor.record(iteration, sse, disagreement, changed, move)
-        else:
-            stop = False
+            disagreement = float(((before[a] - before[b]) ** 2).sum())
+            move = float(np.sqrt(((centers - before) ** 2).sum(axis=-1)).max())
+            if monitor.record(iteration, sse, disagreement, changed, move, rho):
+                if stage + 1 == len(stages):
+                    converged = True
+                    break
+                stage += 1
+    return centers, iteration, converged
+
+
+def center_update(centers, sums, counts, network, options, rho, update):
+    """Eqs. 26-27 for every agent; `update` numbers the update for the fault draws."""
+    updated = np.empty_like(centers)
+    for m in range(network.n_agents):
+        if not takes_part(options.seed, m, update, options.dropout_prob):
+            updated[m] = centers[m]
+            continue
+        up = [l for l in network.neighbours(m)
+              if link_up(options.seed, m, l, update, options.link_failure_prob)]
+        neighbour_total = np.zeros(centers.shape[1:])
+        for l in up:
+            neighbour_total += centers[l]
+        weight = counts[m] / rho + len(up)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mu = (sums[m] / rho + neighbour_total) / weight[:, None]
+        mu[weight == 0] = centers[m][weight == 0]
+        updated[m] = centers[m] - options.alpha * (centers[m] - mu)
+    return updated
+
+
+def _lloyd_run(points, centers, options, monitor):
+    """Centralized Lloyd on the pooled rows, recorded like an NK-means run (no
+    disagreement).  Stops as soon as no label changes (unless monitor_every is 0)."""
+    labels = np.full(len(points), -1, dtype=np.int64)
+    iteration, converged = 0, False
+    for iteration in range(1, options.max_iter + 1):
+        updated, new_labels, sse = lloyd_step(points, centers)
+        changed = int((new_labels != labels).sum())
+        labels = new_labels
+        at_rest = options.monitor_every > 0 and changed == 0
+        if options.is_monitor_point(iteration) or at_rest:
+            move = float(np.sqrt(((updated - centers) ** 2).sum(axis=1)).max())
+            monitor.record(iteration, sse, 0.0, changed, move, options.rho)
         centers = updated
-        if stop:
+        if at_rest:
+            converged = True
             break
-    assignments = np.concatenate([nearest(rows[m], centers[m])[1] for m in range(n_agents)])
-    return SimulationResult(centers, assignments.astype(np.int64), monitor.metrics(),
-                            iteration, monitor.converged, start_centers)
+    return centers, iteration, converged
 
 
 def centralized_cost(points, centers):
@@ -143,6 +184,20 @@ def centralized_cost(points, centers):
     return total
 
 
+def lloyd_step(points, centers):
+    """One centralized Lloyd step: labels and cost against `centers`, then the
+    cluster means (an empty cluster keeps its center).  Returns (means, labels, sse)."""
+    dist_labels = [nearest(points[s:s + 65536], centers) for s in range(0, len(points), 65536)]
+    labels = np.concatenate([lab for _, lab in dist_labels])
+    sse = sum(float(d[np.arange(len(lab)), lab].astype(np.float64).sum()) for d, lab in dist_labels)
+    counts = np.bincount(labels, minlength=len(centers))
+    sums = np.zeros_like(centers)
+    np.add.at(sums, labels, points)
+    means = centers.copy()
+    means[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    return means, labels, sse
+
+
 def lloyd(points, centers, max_iter=300, tol=0.0):
     """Centralized Lloyd's algorithm from `centers`: the pooled-data baseline.
 
@@ -152,13 +207,7 @@ def lloyd(points, centers, max_iter=300, tol=0.0):
     centers = np.array(centers, dtype=np.float64)
     labels = None
     for iteration in range(1, max_iter + 1):
-        new_labels = np.concatenate([nearest(points[s:s + 65536], centers)[1]
-                                     for s in range(0, len(points), 65536)])
-        counts = np.bincount(new_labels, minlength=len(centers))
-        sums = np.zeros_like(centers)
-        np.add.at(sums, new_labels, points)
-        updated = centers.copy()
-        updated[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+        updated, new_labels, _ = lloyd_step(points, centers)
         move = float(np.sqrt(((updated - centers) ** 2).sum(axis=1)).max())
         stable = labels is not None and np.array_equal(labels, new_labels)
         centers, labels = updated, new_labels

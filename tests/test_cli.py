@@ -50,6 +50,13 @@ def nan_in_last_agent(f):
     (lambda d, t: ["run", d, "-k", 3, "--init", "file:" + str(t / "none.npy")], "no such file"),
     (lambda d, t: ["run", d, "-k", 500], "distinct points"),
     (lambda d, t: ["run", d, "-k", 3, "--out", t / "nodir" / "r.h5"], "does not exist"),
+    (lambda d, t: ["run", d, "-k", 3, "--algorithm", "lloyd", "--init", "local"], "use --init flood"),
+    (lambda d, t: ["run", d, "-k", 3, "--algorithm", "lloyd", "--inner", 4], "not Lloyd's"),
+    (lambda d, t: ["run", d, "-k", 3, "--inner", 0], "positive integer"),
+    (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1:x"], "START or START:FACTOR"),
+    (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "100"], "<= rho=10"),
+    (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1", "--monitor-every", 0],
+     "monitor-every must be > 0"),
 ])
 def test_bad_input_stops_every_rank_with_status_2(dataset, tmp_path, make_args, message):
     args = make_args(dataset, tmp_path)

@@ -46,5 +46,21 @@ if rank == 0:
     np.testing.assert_allclose(model.metrics_["objective"], expected.metrics["objective"], rtol=1e-12)
     assert model.inertia_ == expected.metrics["sse"][-1] or \
         abs(model.inertia_ - expected.metrics["sse"][-1]) <= 1e-12 * expected.metrics["sse"][-1]
+
+# The accelerated variant and Lloyd's baseline through the same estimator.
+for settings in (dict(inner=3, rho_schedule=(0.5, 2.0), init="local", tol=1e-6),
+                 dict(algorithm="lloyd", tol=0.0)):
+    model = NKMeans(n_clusters=3, rho=4.0, alpha=0.8, max_iter=300, random_state=5, monitor_every=1,
+                    **settings).fit(rows, agent_offsets=local_offsets, graph=graph, agents=mine)
+    centers = comm.gather((mine, model.cluster_centers_), root=0)
+    if rank == 0:
+        init = settings.pop("init", "flood")
+        options = Options(n_clusters=3, rho=4.0, alpha=0.8, max_iter=300, init=init, seed=5,
+                          monitor_every=1, **settings)
+        expected = simulate(points, offsets, Network.from_edges(n_agents, list(graph.edges())), options)
+        assert model.n_iter_ == expected.iterations < 300 and model.converged_
+        for agents, got in centers:
+            np.testing.assert_allclose(got, expected.centers[agents], rtol=1e-12, atol=1e-12)
+if rank == 0:
     print("estimator matches the reference")
 sys.exit(0)

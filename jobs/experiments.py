@@ -1,0 +1,260 @@
+"""The paper's claims measured, against exact Lloyd, and the accelerated variants.
+
+    python jobs/experiments.py --out-dir experiments                 # all, about 15 minutes
+    python jobs/experiments.py --only rho alpha --out-dir experiments
+    python jobs/experiments.py --report-only --out-dir experiments   # re-render REPORT.md
+
+Every run is `mpiexec -n RANKS nkmpi run` (or srun), read back from its result
+file; nothing is simulated in-process.  Each experiment writes a CSV and a PNG
+into OUT_DIR, and REPORT.md is generated from the CSVs.
+
+rho          rho from 1 to 10^4 (Theorems 6-7): centralized cost of each agent's
+             centers over exact Lloyd from the same start, disagreement, how far
+             one centralized Lloyd step moves the network average (zero at a
+             Lloyd fixed point), iterations to converge.
+topology     ring, torus, er, rgg, ws, complete over the same agents: iterations
+             to converge against lambda_2 of the graph Laplacian.
+alpha        the step size.
+data         iid and the non-IID partitions of data_tools, on synthetic blobs and
+             on scikit-learn's digits, at rho = 1000: quality against Lloyd, and
+             passes over the data and wall time to reach 0.1% of the final
+             objective for plain NK-means against --inner and --rho-schedule.
+"""
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from nkmpi.graph import build_network, graph_stats  # noqa: E402
+from nkmpi.io import read_all, read_result  # noqa: E402
+from nkmpi.reference import centralized_cost, lloyd_step  # noqa: E402
+
+BIN = Path(sys.executable).parent
+EXPERIMENTS = ("rho", "topology", "alpha", "data")
+#: Fraction above the final objective that counts as reached.
+WITHIN = 1e-3
+#: The variants of the acceleration table: label -> extra `nkmpi run` options.
+VARIANTS = {
+    "plain": [],
+    "inner 10": ["--inner", "10"],
+    "inner 20": ["--inner", "20"],
+    "schedule 1:10": ["--rho-schedule", "1:10"],
+    "schedule 1:10 + inner 20": ["--rho-schedule", "1:10", "--inner", "20"],
+}
+
+
+class Runner:
+    """Launches `nkmpi run` and caches results in OUT_DIR/runs (a rerun reuses them)."""
+
+    def __init__(self, folder, n_ranks, launcher):
+        self.folder, self.n_ranks, self.launcher = folder, n_ranks, launcher
+        (folder / "runs").mkdir(parents=True, exist_ok=True)
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+
+    def run(self, name, data, args):
+        out = self.folder / "runs" / f"{name}.h5"
+        if not out.exists():
+            if self.launcher == "srun":
+                command = ["srun", f"--ntasks={self.n_ranks}", "--mpi=pmi2"]
+            else:
+                command = [str(BIN / "mpiexec"), "-n", str(self.n_ranks)]
+            env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+            subprocess.run(command + [str(BIN / "nkmpi"), "run", str(data), "--quiet", "--out", str(out)]
+                           + [str(a) for a in args], check=True, env=env)
+        return read_result(out)
+
+    def dataset(self, name, command):
+        """OUT_DIR/data/NAME.h5, made once by `python -m data_tools.COMMAND` (PATH in it)."""
+        path = self.folder / "data" / f"{name}.h5"
+        if not path.exists():
+            subprocess.run([sys.executable, "-m"] + [str(path) if a == "PATH" else str(a) for a in command],
+                           check=True, stdout=subprocess.DEVNULL)
+        return path
+
+
+def blobs(runner, partition, agents=16):
+    return runner.dataset(f"blobs-{partition.replace(':', '')}-{agents}",
+                          ["data_tools.generate", "PATH", "--points", 8000, "--features", 4, "--clusters", 5,
+                           "--agents", agents, "--partition", partition, "--separation", 6, "--seed", 3,
+                           "--quiet"])
+
+
+def digits(runner, partition, agents=16):
+    return runner.dataset(f"digits-{partition.replace(':', '')}-{agents}",
+                          ["data_tools.convert", "sklearn:digits", "PATH", "--agents", agents,
+                           "--partition", partition, "--seed", 0])
+
+
+def quality(points, result, lloyd_cost):
+    """Agents' centralized cost over Lloyd's (median, max) and the Lloyd step of their average."""
+    costs = np.array([centralized_cost(points, c) for c in result["centers"]]) / lloyd_cost
+    average = result["centers"].mean(axis=0)
+    moved, _, _ = lloyd_step(points, average)
+    step = float(np.sqrt(((moved - average) ** 2).sum(axis=1)).max())
+    return {"cost_ratio_median": float(np.median(costs)), "cost_ratio_max": float(costs.max()),
+            "lloyd_step": step}
+
+
+def lloyd_baseline(runner, name, data, k, points, seed=0):
+    result = runner.run(f"{name}-lloyd", data, ["-k", k, "--algorithm", "lloyd", "--iters", 10000,
+                                                "--seed", seed])
+    return result, centralized_cost(points, result["centers"][0])
+
+
+def outcome(result):
+    a, m = result["attrs"], result["metrics"]
+    return {"iterations": int(a["iterations"]), "converged": bool(a["converged"]),
+            "disagreement": float(m["edge_disagreement"][-1]), "objective": float(m["objective"][-1]),
+            "seconds": float(a["seconds_loop"])}
+
+
+def same_start(nkmeans, lloyd):
+    if not np.array_equal(nkmeans["initial_centers"], lloyd["initial_centers"]):
+        raise SystemExit("NK-means and Lloyd did not start from the same centers")
+
+
+def experiment_rho(runner, rhos=(1, 3, 10, 30, 100, 300, 1000, 3000, 10000)):
+    data = blobs(runner, "by-cluster:2")
+    _, points = read_all(data)
+    base, best = lloyd_baseline(runner, "rho", data, 5, points)
+    rows = []
+    for rho in rhos:
+        result = runner.run(f"rho-{rho}", data, ["-k", 5, "--rho", rho, "--graph", "ring", "--iters", 400000,
+                                                  "--monitor-every", 10])
+        same_start(result, base)
+        rows.append({"rho": rho, **outcome(result), **quality(points, result, best)})
+        print(f"rho {rho:>6}: {rows[-1]['iterations']} iterations, cost/Lloyd "
+              f"{rows[-1]['cost_ratio_max']:.6f}", flush=True)
+    return rows
+
+
+def experiment_topology(runner, specs=("ring", "torus", "ws:k=4,p=0.2", "rgg:radius=0.45", "er:p=0.3",
+                                       "complete")):
+    data = blobs(runner, "by-cluster:2")
+    _, points = read_all(data)
+    base, best = lloyd_baseline(runner, "topology", data, 5, points)
+    rows = []
+    for spec in specs:
+        stats = graph_stats(build_network(spec, 16, seed=0))
+        result = runner.run(f"topology-{spec.replace(':', '').replace(',', '').replace('=', '')}", data,
+                            ["-k", 5, "--rho", 100, "--graph", spec, "--iters", 400000,
+                             "--monitor-every", 10])
+        same_start(result, base)
+        rows.append({"graph": spec, "edges": stats["edges"], "lambda_2": stats["lambda_2"],
+                     "diameter": stats["diameter"], **outcome(result), **quality(points, result, best)})
+        print(f"graph {spec}: lambda_2 {stats['lambda_2']:.3f}, {rows[-1]['iterations']} iterations",
+              flush=True)
+    return rows
+
+
+def experiment_alpha(runner, alphas=(0.1, 0.2, 0.35, 0.5, 0.75, 1.0)):
+    data = blobs(runner, "by-cluster:2")
+    _, points = read_all(data)
+    base, best = lloyd_baseline(runner, "alpha", data, 5, points)
+    rows = []
+    for alpha in alphas:
+        result = runner.run(f"alpha-{alpha}", data, ["-k", 5, "--rho", 100, "--alpha", alpha, "--graph",
+                                                     "ring", "--iters", 400000, "--monitor-every", 10])
+        same_start(result, base)
+        rows.append({"alpha": alpha, **outcome(result), **quality(points, result, best)})
+        print(f"alpha {alpha}: {rows[-1]['iterations']} iterations", flush=True)
+    return rows
+
+
+def reached(result, rho):
+    """Passes and loop seconds until Q^rho (at the target rho) is within WITHIN of its final value."""
+    m = result["metrics"]
+    objective = m["sse"] + rho * m["edge_disagreement"]
+    first = int(np.argmax(objective <= objective[-1] * (1 + WITHIN)))
+    return int(m["iteration"][first]), float(m["seconds"][first]), objective
+
+
+def experiment_data(runner, rho=1000, partitions=("iid", "by-cluster:3", "dirichlet:0.3", "spatial")):
+    rows, traces = [], []
+    for source, make, k in (("blobs", blobs, 5), ("digits", digits, 10)):
+        for partition in partitions:
+            data = make(runner, partition)
+            _, points = read_all(data)
+            name = f"data-{source}-{partition.replace(':', '')}"
+            base, best = lloyd_baseline(runner, name, data, k, points)
+            plain = None
+            for label, extra in VARIANTS.items():
+                result = runner.run(f"{name}-{label.replace(' ', '').replace(':', '').replace('+', '-')}",
+                                    data, ["-k", k, "--rho", rho, "--graph", "ring", "--iters", 200000,
+                                           "--monitor-every", 1, *extra])
+                same_start(result, base)
+                passes, seconds, objective = reached(result, rho)
+                row = {"data": source, "partition": partition, "variant": label, "passes": passes,
+                       "seconds_to_reach": seconds, **outcome(result), **quality(points, result, best),
+                       "lloyd_iterations": int(base["attrs"]["iterations"])}
+                if plain is None:
+                    plain = row
+                row.update(pass_ratio=plain["passes"] / passes,
+                           time_ratio=plain["seconds_to_reach"] / seconds,
+                           objective_ratio=row["objective"] / plain["objective"])
+                rows.append(row)
+                if source == "digits" and partition == partitions[1]:
+                    keep = np.unique(np.geomspace(1, len(objective), 300).astype(int)) - 1
+                    traces += [{"variant": label, "iteration": int(result["metrics"]["iteration"][i]),
+                                "objective": float(objective[i]), "final": float(objective[-1])}
+                               for i in keep]
+                print(f"{source} {partition} {label}: {passes} passes to {WITHIN:.1%}, "
+                      f"{row['pass_ratio']:.1f}x fewer than plain", flush=True)
+    return rows, traces
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path}")
+
+
+def read_csv(path):
+    if not path.exists():
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for key, value in row.items():
+            try:
+                row[key] = float(value) if key not in ("converged",) else value == "True"
+            except ValueError:
+                pass
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", default="experiments")
+    parser.add_argument("--only", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec")
+    parser.add_argument("--report-only", action="store_true", help="re-render REPORT.md and the plots")
+    args = parser.parse_args(argv)
+    folder = Path(args.out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        runner = Runner(folder, args.ranks, args.launcher)
+        for name in args.only:
+            if name == "data":
+                rows, traces = experiment_data(runner)
+                write_csv(folder / "data.csv", rows)
+                write_csv(folder / "acceleration_trace.csv", traces)
+            else:
+                write_csv(folder / f"{name}.csv", globals()[f"experiment_{name}"](runner))
+    from report import write_report
+    write_report(folder, {name: read_csv(folder / f"{name}.csv") for name in EXPERIMENTS},
+                 read_csv(folder / "acceleration_trace.csv"), args.ranks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""--algorithm lloyd: exact distributed Lloyd, equal to scikit-learn's Lloyd from
+the same start on any rank count, written in the same result format."""
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+from conftest import run_mpi
+from data_tools.dataset import write_dataset
+from nkmpi.graph import build_network
+from nkmpi.io import read_result
+from nkmpi.options import Options
+from nkmpi.reference import simulate
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Overlapping blobs over 10 agents of uneven size (one empty), so Lloyd takes a while."""
+    rng = np.random.default_rng(7)
+    means = rng.uniform(-4, 4, (5, 3))
+    points = means[rng.integers(5, size=3000)] + rng.standard_normal((3000, 3))
+    sizes = rng.multinomial(3000, rng.dirichlet(np.ones(10)))
+    sizes[3] += sizes[4]
+    sizes[4] = 0
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    path = tmp_path_factory.mktemp("lloyd") / "blobs.h5"
+    write_dataset(path, points, offsets)
+    return path, points, offsets
+
+
+def sklearn_lloyd(points, start):
+    return KMeans(len(start), init=start, n_init=1, algorithm="lloyd", tol=0.0, max_iter=1000).fit(points)
+
+
+@pytest.mark.parametrize("n_ranks", [1, 2, 3])
+def test_lloyd_equals_scikit_learn(dataset, tmp_path, n_ranks):
+    path, points, _ = dataset
+    out = tmp_path / "lloyd.h5"
+    proc = run_mpi(n_ranks, ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 1000,
+                             "--out", out, "--seed", 3])
+    assert proc.returncode == 0, proc.stderr
+    assert "exact Lloyd" in proc.stdout and "converged" in proc.stdout
+    got = read_result(out)
+    start = got["initial_centers"][0]
+    assert (got["initial_centers"] == start).all()            # one start for every agent
+    expected = sklearn_lloyd(points, start)
+    assert got["attrs"]["converged"] and got["attrs"]["iterations"] > 5
+    # Both count the iteration that finds the labels unchanged.
+    assert got["attrs"]["iterations"] == expected.n_iter_
+    for m in range(len(got["centers"])):
+        np.testing.assert_allclose(got["centers"][m], expected.cluster_centers_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got["assignments"], expected.labels_)
+    metrics = got["metrics"]
+    assert metrics["sse"][-1] == pytest.approx(expected.inertia_, rel=1e-10)
+    assert (metrics["edge_disagreement"] == 0).all()
+    assert (np.diff(metrics["objective"]) <= 1e-9 * metrics["objective"][0]).all()
+    assert got["attrs"]["algorithm"] == "lloyd"
+    # The fused allreduce: K x p sums, K counts and three scalars per rank and iteration.
+    assert (got["attrs"]["rank_bytes_sent_per_iteration"] == 8 * (5 * 3 + 5 + 3)).all()
+
+
+def test_simulate_lloyd_equals_the_mpi_run(dataset, tmp_path):
+    path, points, offsets = dataset
+    options = Options(n_clusters=5, algorithm="lloyd", max_iter=1000, seed=3, monitor_every=1)
+    serial = simulate(points, offsets, build_network("ring", 10), options)
+    out = tmp_path / "mpi.h5"
+    proc = run_mpi(2, ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 1000, "--out", out,
+                       "--seed", 3, "--monitor-every", 1, "--quiet"])
+    assert proc.returncode == 0, proc.stderr
+    got = read_result(out)
+    np.testing.assert_allclose(got["centers"], serial.centers, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got["assignments"], serial.assignments)
+    assert got["attrs"]["iterations"] == serial.iterations
+    np.testing.assert_allclose(got["metrics"]["sse"], serial.metrics["sse"], rtol=1e-12)
+
+
+def test_lloyd_checkpoint_resume(dataset, tmp_path):
+    path = dataset[0]
+    args = ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 1000, "--seed", 3, "--quiet"]
+    proc = run_mpi(2, args + ["--out", tmp_path / "a.h5", "--checkpoint", tmp_path / "ck.h5",
+                              "--checkpoint-every", 4])
+    assert proc.returncode == 0, proc.stderr
+    proc = run_mpi(3, args + ["--out", tmp_path / "b.h5", "--resume", tmp_path / "ck.h5"])
+    assert proc.returncode == 0, proc.stderr
+    full, resumed = read_result(tmp_path / "a.h5"), read_result(tmp_path / "b.h5")
+    assert resumed["attrs"]["resumed_at_iteration"] > 0
+    np.testing.assert_allclose(resumed["centers"], full["centers"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(resumed["assignments"], full["assignments"])
+    assert resumed["attrs"]["iterations"] == full["attrs"]["iterations"]
