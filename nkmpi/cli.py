@@ -24,7 +24,7 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
 from .monitor import LOOP_PHASES
-from .options import Options
+from .options import SETTLED_FRACTION, Options
 
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
@@ -69,9 +69,10 @@ def _add_run_options(parser):
     parser.add_argument("--inner", type=int, default=1, metavar="Q",
                         help="center updates per pass over the data, each one neighbour exchange; "
                              "same fixed points, fewer passes (default 1)")
-    parser.add_argument("--rho-schedule", default=None, metavar="START[:FACTOR]",
+    parser.add_argument("--rho-schedule", default=None, metavar="START[:FACTOR[:SETTLED]]",
                         help="start at rho=START and multiply rho by FACTOR (default 10) each time "
-                             "the run comes to rest, up to --rho (default: --rho throughout)")
+                             "the partition settles (at most a fraction SETTLED, default 0.001, of the "
+                             "points changed cluster), up to --rho (default: --rho throughout)")
     parser.add_argument("--out", default=None, metavar="RESULT.h5",
                         help="result file (default: DATA's name with .result.h5)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -124,17 +125,18 @@ def read_init(spec):
 
 
 def read_rho_schedule(spec):
-    """--rho-schedule START[:FACTOR] as (start, factor)."""
+    """--rho-schedule START[:FACTOR[:SETTLED]] as (start, factor, settled)."""
     if spec is None:
         return None
+    defaults = (None, 10.0, SETTLED_FRACTION)
     parts = spec.split(":")
     try:
-        if len(parts) > 2:
+        if len(parts) > 3:
             raise ValueError
-        return float(parts[0]), float(parts[1]) if len(parts) == 2 else 10.0
+        return tuple(float(p) for p in parts) + defaults[len(parts):]
     except ValueError:
-        raise InputError(f"--rho-schedule {spec!r}: expected START or START:FACTOR, "
-                         "for example 1:10") from None
+        raise InputError(f"--rho-schedule {spec!r}: expected START[:FACTOR[:SETTLED]], "
+                         "for example 1 or 1:10 or 1:10:0.001") from None
 
 
 def options_from(args):

@@ -174,7 +174,7 @@ class _Loop:
                 and iteration % self.checkpoint_every == 0 and iteration < self.options.max_iter)
 
     def at_rest(self, rested):
-        """A monitoring point found the run at rest: the end, or the next rho stretch."""
+        """A monitoring point found the stretch at rest: the end, or the next rho stretch."""
         if rested and self.stage + 1 < len(self.options.rho_stages()):
             self.stage += 1
             return False
@@ -193,6 +193,7 @@ class _Loop:
             exchange.centers[:] = self.resume["centers"]
             start_centers = self.resume["initial_centers"]
         stages, q = options.rho_stages(), options.inner
+        n_points = self.comm.allreduce(len(self.points)) if options.rho_schedule else 0
         loop_started = clock()
         self.seconds["initialization"] = loop_started - self.entered
 
@@ -227,7 +228,8 @@ class _Loop:
             stop = False
             if monitoring:
                 rested = self.monitor.record(iteration, sse.sum(), disagreement, changed,
-                                             kernels.largest_move(before, exchange.centers), rho)
+                                             kernels.largest_move(before, exchange.centers), rho,
+                                             options.stage_rest(self.stage, n_points))
                 stop = self.at_rest(rested)
             t4 = clock()
             self.time_phases(t0, t1, t1 + waited, t1 + waited + updating, t1 + waited + updating

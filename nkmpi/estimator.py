@@ -33,8 +33,8 @@ class NKMeans:
         iterations (0: only at the end, no early stop).
     algorithm : 'nkmeans', or 'lloyd' (exact centralized Lloyd, the baseline).
     inner : center updates per pass over the data (same fixed points, fewer passes).
-    rho_schedule : None or (start, factor): raise rho from `start` by `factor`
-        each time the run comes to rest, up to `rho`.
+    rho_schedule : None or (start, factor[, settled]): raise rho from `start` by
+        `factor` each time the partition settles, up to `rho` (see Options).
     n_threads : compute threads of this rank (default 1: one per rank under MPI).
     comm : mpi4py communicator (default MPI.COMM_WORLD).
 

@@ -38,12 +38,14 @@ class Monitor:
                          for i in range(len(earlier["iteration"]))]
             self.start -= self.rows[-1][-1]           # seconds go on from where they stopped
 
-    def record(self, iteration, sse, disagreement, changed, move, rho):
+    def record(self, iteration, sse, disagreement, changed, move, rho, rest=None):
         """Record one monitoring point, with the objective at `rho` (the current one).
 
-        Returns, on every rank, whether the run is at rest: no assignment
-        changed and no center moved more than tol (never with monitor_every 0).
+        Returns, on every rank, whether the run is at rest: with rest = (tol,
+        allowed), at most `allowed` assignments changed and no center moved more
+        than `tol` (default (options.tol, 0); never with monitor_every 0).
         """
+        tol, allowed = (self.options.tol, 0) if rest is None else rest
         partial = (float(sse), float(disagreement), int(changed), float(move))
         parts = [partial] if self.comm is None else self.comm.gather(partial, root=0)
         stop = False
@@ -56,7 +58,7 @@ class Monitor:
             row = (iteration, objective, sse, disagreement, changed, move, rho,
                    time.perf_counter() - self.start)
             self.rows.append(row)
-            stop = (self.options.monitor_every > 0 and changed == 0 and move <= self.options.tol)
+            stop = self.options.monitor_every > 0 and changed <= allowed and move <= tol
             if self.stream is not None:
                 self.stream.write(format_progress(row, self.options.max_iter) + "\n")
                 self.stream.flush()

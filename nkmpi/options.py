@@ -9,6 +9,8 @@ from .errors import InputError
 
 INIT_METHODS = ("flood", "local")
 ALGORITHMS = ("nkmeans", "lloyd")
+#: Default fraction of points that may still change cluster when a rho stretch counts as settled.
+SETTLED_FRACTION = 1e-3
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,11 @@ class Options:
     inner : center updates per pass over the data (q).  The partition stays fixed
         during them, so the objective still never increases and the fixed points
         are unchanged; each update is one neighbour exchange.
-    rho_schedule : None, or (start, factor): run at rho = start, and each time the
-        run comes to rest (as for `tol`) multiply rho by `factor`, up to `rho`.
-        Only the last stretch, at `rho` itself, ends the run.
+    rho_schedule : None, or (start, factor[, settled]): run at rho = start, and each
+        time the partition settles (a monitoring point at which at most a fraction
+        `settled`, default 0.001, of the points changed cluster) multiply rho by
+        `factor`, up to `rho`.  Only the last stretch, at `rho` itself, ends the
+        run (by `tol`).
     """
 
     n_clusters: int
@@ -80,15 +84,20 @@ class Options:
         need(isinstance(self.inner, Integral) and self.inner >= 1,
              f"inner updates per pass must be a positive integer, got {self.inner!r}")
         if self.rho_schedule is not None:
-            start, factor = (float(v) for v in self.rho_schedule)
+            need(len(self.rho_schedule) in (2, 3),
+                 f"the rho schedule is (start, factor[, settled]), got {self.rho_schedule!r}")
+            start, factor, settled = (tuple(float(v) for v in self.rho_schedule)
+                                      + (SETTLED_FRACTION,))[:3]
             need(np.isfinite(start) and 0 < start <= self.rho,
                  f"the rho schedule must start at a positive rho <= rho={self.rho:g}, got {start!r}")
             need(np.isfinite(factor) and factor > 1,
                  f"the rho schedule's factor must be > 1, got {factor!r}")
+            need(np.isfinite(settled) and 0 <= settled < 1,
+                 f"the rho schedule's settled fraction must be in [0, 1), got {settled!r}")
             need(self.monitor_every > 0,
-                 "a rho schedule moves on when the run comes to rest, which is tested at "
+                 "a rho schedule moves on when the partition settles, which is tested at "
                  "monitoring points: monitor-every must be > 0")
-            object.__setattr__(self, "rho_schedule", (start, factor))
+            object.__setattr__(self, "rho_schedule", (start, factor, settled))
         if self.algorithm == "lloyd":
             need(self.inner == 1 and self.rho_schedule is None,
                  "inner updates and a rho schedule are NK-means options, not Lloyd's")
@@ -117,11 +126,19 @@ class Options:
         return (iteration == self.max_iter
                 or (self.monitor_every > 0 and iteration % self.monitor_every == 0))
 
+    def stage_rest(self, stage, n_points):
+        """(tol, changed) that end stretch `stage` of a run over n_points points: the
+        last stretch must come to rest (no point changed, no center moved more than
+        tol); the others end once at most a `settled` fraction of points changed."""
+        if stage + 1 >= len(self.rho_stages()):
+            return self.tol, 0
+        return np.inf, int(self.rho_schedule[2] * n_points)
+
     def rho_stages(self):
         """The rho of each stretch of the run: start, start*factor, ... below rho, then rho."""
         if self.rho_schedule is None:
             return [float(self.rho)]
-        start, factor = self.rho_schedule
+        start, factor, _ = self.rho_schedule
         stages = []
         while start < self.rho * (1 - 1e-12):
             stages.append(start)
@@ -133,5 +150,5 @@ class Options:
         attrs = asdict(self)
         attrs["init"] = self.init if isinstance(self.init, str) else "array"
         attrs["rho_schedule"] = ("none" if self.rho_schedule is None
-                                 else "%r:%r" % self.rho_schedule)
+                                 else "%r:%r:%r" % self.rho_schedule)
         return attrs

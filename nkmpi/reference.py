@@ -105,6 +105,7 @@ def _nkmeans_run(rows, centers, network, options, monitor):
     updates on that partition; rho follows options.rho_stages()."""
     n_agents, k = network.n_agents, options.n_clusters
     labels = [np.full(len(r), -1, dtype=np.int64) for r in rows]
+    n_points = sum(len(r) for r in rows)
     stages, stage = options.rho_stages(), 0
     a, b = network.edges.T
     iteration, converged = 0, False
@@ -127,7 +128,8 @@ def _nkmeans_run(rows, centers, network, options, monitor):
         if options.is_monitor_point(iteration):
             disagreement = float(((before[a] - before[b]) ** 2).sum())
             move = float(np.sqrt(((centers - before) ** 2).sum(axis=-1)).max())
-            if monitor.record(iteration, sse, disagreement, changed, move, rho):
+            if monitor.record(iteration, sse, disagreement, changed, move, rho,
+                              options.stage_rest(stage, n_points)):
                 if stage + 1 == len(stages):
                     converged = True
                     break

@@ -32,11 +32,12 @@ def accelerated_problems(draw):
     points = np.round(rng.standard_normal((sum(sizes), 2)) * 3, draw(st.integers(0, 3)))
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     rho = draw(st.floats(0.05, 1e4))
-    schedule = draw(st.one_of(st.none(), st.tuples(st.floats(0.01, 1.0), st.floats(1.5, 20.0))))
+    schedule = draw(st.one_of(st.none(), st.tuples(st.floats(0.01, 1.0), st.floats(1.5, 20.0),
+                                                   st.sampled_from([0.0, 0.05, 0.3]))))
     options = Options(n_clusters=n_clusters, rho=rho, alpha=draw(st.floats(0.01, 1.0)), max_iter=40,
                       tol=draw(st.sampled_from([0.0, 1e-3, 1e-1])), init=draw(st.sampled_from(["flood", "local"])),
                       seed=seed % 1000, monitor_every=1, inner=draw(st.integers(1, 6)),
-                      rho_schedule=None if schedule is None else (schedule[0] * rho, schedule[1]))
+                      rho_schedule=None if schedule is None else (schedule[0] * rho, *schedule[1:]))
     spec = draw(st.sampled_from(["ring", "path", "complete", "star"]))
     return points, offsets, build_network(spec, n_agents), options
 
@@ -56,6 +57,11 @@ def test_objective_never_increases_within_a_stretch(problem):
         assert (np.diff(objective) <= 1e-12 * scale).all(), objective
     if result.converged:
         assert rhos[-1] == options.rho          # only the last stretch may end the run
+        assert result.metrics["changed"][-1] == 0
+    if options.rho_schedule is not None:        # a stretch ends once its partition settled
+        allowed = int(options.rho_schedule[2] * len(points))
+        ends = np.flatnonzero(np.diff(rhos))
+        assert (result.metrics["changed"][ends] <= allowed).all()
 
 
 @pytest.mark.parametrize("inner,schedule", [(4, None), (1, (0.5, 4.0)), (8, (0.1, 10.0))])
@@ -83,11 +89,13 @@ def test_inner_updates_save_passes_over_the_data():
 def test_schedule_stages():
     options = Options(n_clusters=2, rho=1000.0, rho_schedule=(1.0, 10.0))
     assert options.rho_stages() == [1.0, 10.0, 100.0, 1000.0]
+    assert options.rho_schedule == (1.0, 10.0, 1e-3)                 # the default settled fraction
+    assert options.stage_rest(0, 5000) == (np.inf, 5) and options.stage_rest(3, 5000) == (1e-6, 0)
     assert Options(n_clusters=2, rho=50.0, rho_schedule=(2.0, 4.0)).rho_stages() == [2.0, 8.0, 32.0, 50.0]
     assert Options(n_clusters=2, rho=5.0).rho_stages() == [5.0]
     for bad in [dict(rho_schedule=(0.0, 10.0)), dict(rho_schedule=(1.0, 1.0)),
                 dict(rho_schedule=(2000.0, 10.0)), dict(rho_schedule=(1.0, 10.0), monitor_every=0),
-                dict(inner=0), dict(algorithm="lloyd", inner=2)]:
+                dict(rho_schedule=(1.0, 10.0, 1.5)), dict(inner=0), dict(algorithm="lloyd", inner=2)]:
         with pytest.raises(InputError):
             Options(n_clusters=2, rho=1000.0, **bad)
 

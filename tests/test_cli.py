@@ -53,7 +53,7 @@ def nan_in_last_agent(f):
     (lambda d, t: ["run", d, "-k", 3, "--algorithm", "lloyd", "--init", "local"], "use --init flood"),
     (lambda d, t: ["run", d, "-k", 3, "--algorithm", "lloyd", "--inner", 4], "not Lloyd's"),
     (lambda d, t: ["run", d, "-k", 3, "--inner", 0], "positive integer"),
-    (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1:x"], "START or START:FACTOR"),
+    (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1:x"], "START[:FACTOR[:SETTLED]]"),
     (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "100"], "<= rho=10"),
     (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1", "--monitor-every", 0],
      "monitor-every must be > 0"),
