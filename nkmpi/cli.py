@@ -24,7 +24,7 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
 from .monitor import LOOP_PHASES
-from .options import SETTLED_FRACTION, Options
+from .options import ALGORITHMS, SETTLED_FRACTION, Options
 
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
@@ -63,7 +63,7 @@ def _add_run_options(parser):
                              "probability Q (default 0)")
     parser.add_argument("--dropout-prob", type=float, default=0.0, metavar="D",
                         help="simulate agents that sit out an iteration with probability D (default 0)")
-    parser.add_argument("--algorithm", default="nkmeans", choices=("nkmeans", "lloyd"),
+    parser.add_argument("--algorithm", default="nkmeans", choices=ALGORITHMS,
                         help="nkmeans (default), or lloyd: exact centralized Lloyd over the pooled "
                              "data with one global reduction per iteration, the baseline to compare with")
     parser.add_argument("--inner", type=int, default=1, metavar="Q",

@@ -27,6 +27,10 @@ from .init import adopt_from_neighbours, agent_seed, has_distinct
 from .monitor import LOOP_PHASES, Monitor
 
 
+#: Lloyd's baseline reads a block's rows in chunks of this many, whatever its agents.
+LLOYD_CHUNK_ROWS = 65536
+
+
 @dataclass
 class BlockResult:
     """One rank's share of a run's outcome.
@@ -145,7 +149,6 @@ class _Loop:
         self.resume = resume
         self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
         self.stop_requested = stop_requested or (lambda: False)
-        self.statistics = kernels.accumulators(len(agents), *self.shape)
         self.monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
         self.seconds = dict.fromkeys(LOOP_PHASES + ("checkpoint",), 0.0)
         if resume is None:
@@ -161,13 +164,9 @@ class _Loop:
         return BlockResult(centers, start_centers, self.labels, self.monitor.metrics(), iteration,
                            self.converged, bytes_sent, self.seconds, interrupted, self.stage)
 
-    def time_phases(self, *stamps):
-        for phase, start, stop in zip(LOOP_PHASES, stamps, stamps[1:]):
-            self.seconds[phase] += stop - start
-
-    def local_pass(self, centers):
-        return kernels.assign_and_accumulate(self.points, self.offsets, centers, self.labels,
-                                             out=self.statistics)
+    def add_times(self, **spent):
+        for phase, seconds in spent.items():
+            self.seconds[phase] += seconds
 
     def checkpoint_due(self, iteration):
         return (self.checkpoint is not None and self.checkpoint_every
@@ -194,8 +193,11 @@ class _Loop:
             start_centers = self.resume["initial_centers"]
         stages, q = options.rho_stages(), options.inner
         n_points = self.comm.allreduce(len(self.points)) if options.rho_schedule else 0
+        statistics = kernels.accumulators(len(self.agents), *self.shape)
+        points, offsets, labels, agents, seconds = (self.points, self.offsets, self.labels,
+                                                    self.agents, self.seconds)
         loop_started = clock()
-        self.seconds["initialization"] = loop_started - self.entered
+        seconds["initialization"] = loop_started - self.entered
 
         iteration, interrupted = self.done, False
         for iteration in range(self.done + 1, options.max_iter + 1):
@@ -205,25 +207,29 @@ class _Loop:
             rho = stages[self.stage]
             monitoring = options.is_monitor_point(iteration)
             exchange.start()
-            sums, counts, sse, changed = self.local_pass(exchange.centers)
+            centers = exchange.centers
+            sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels,
+                                                                       out=statistics)
             t1 = clock()
-            waited = updating = 0.0
-            for step in range(q):
-                t_wait = clock()
-                ext = exchange.finish() if step == 0 else exchange.exchange()
-                t_update = clock()
-                if step == 0 and monitoring:
-                    disagreement = kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b)
-                    before = exchange.centers.copy() if q > 1 else exchange.centers
-                kernels.center_update(exchange.centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums,
-                                      counts, rho, options.alpha, out=exchange.spare,
-                                      agent_ids=self.agents, nbr_ids=exchange.nbr_ids,
-                                      iteration=(iteration - 1) * q + step + 1, seed=options.seed,
-                                      link_failure_prob=options.link_failure_prob,
+            ext = exchange.finish()
+            t2 = clock()
+            if monitoring:
+                disagreement = kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b)
+                before = centers.copy() if q > 1 else centers
+            waited = t2 - t1
+            first_update = (iteration - 1) * q + 1
+            for step in range(q):            # the first update uses the exchange started above
+                if step:
+                    t_wait = clock()
+                    ext = exchange.exchange()
+                    waited += clock() - t_wait
+                    centers = exchange.centers
+                kernels.center_update(centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums, counts,
+                                      rho, options.alpha, out=exchange.spare, agent_ids=agents,
+                                      nbr_ids=exchange.nbr_ids, iteration=first_update + step,
+                                      seed=options.seed, link_failure_prob=options.link_failure_prob,
                                       dropout_prob=options.dropout_prob)
                 exchange.swap()
-                waited += t_update - t_wait
-                updating += clock() - t_update
             t3 = clock()
             stop = False
             if monitoring:
@@ -232,8 +238,10 @@ class _Loop:
                                              options.stage_rest(self.stage, n_points))
                 stop = self.at_rest(rested)
             t4 = clock()
-            self.time_phases(t0, t1, t1 + waited, t1 + waited + updating, t1 + waited + updating
-                             + (t4 - t3))
+            seconds["local"] += t1 - t0
+            seconds["exchange"] += waited
+            seconds["update"] += t3 - t1 - waited
+            seconds["monitor"] += t4 - t3
             if stop:
                 break
             if iteration >= exchange.control and iteration < options.max_iter:
@@ -242,10 +250,10 @@ class _Loop:
             if self.checkpoint_due(iteration):
                 self.checkpoint(self.snapshot(exchange.centers, start_centers, iteration,
                                               exchange.bytes_sent))
-                self.seconds["checkpoint"] += clock() - t4
-        self.seconds["loop"] = clock() - loop_started
+                seconds["checkpoint"] += clock() - t4
+        seconds["loop"] = clock() - loop_started
         if not interrupted:
-            kernels.nearest_labels(self.points, self.offsets, exchange.centers, self.labels)
+            kernels.nearest_labels(points, offsets, exchange.centers, labels)
         result = self.snapshot(exchange.centers, start_centers, iteration, exchange.bytes_sent,
                                interrupted)
         exchange.free()
@@ -253,9 +261,13 @@ class _Loop:
 
     def run_lloyd(self):
         """Exact Lloyd on the pooled rows: each iteration the local pass, one fused
-        allreduce of the block's cluster totals, and the means on every rank."""
+        allreduce of the block's cluster totals, and the means on every rank.
+
+        Every agent holds the same centers, so the pass runs over fixed chunks of
+        the block's rows rather than over its agents: no per-agent copies, and
+        the same sums whatever the thread count."""
         clock, options = time.perf_counter, self.options
-        n_local = len(self.agents)
+        n_local, n_rows = len(self.agents), len(self.points)
         if self.resume is None:
             centers = shared_initial_centers(self.comm, self.points, self.offsets, self.agents,
                                              self.owner, options)
@@ -264,43 +276,48 @@ class _Loop:
             centers = self.comm.bcast(self.resume["centers"][0] if n_local else None,
                                       root=int(self.owner[0]))
             start_centers = self.resume["initial_centers"]
+        chunks = np.append(np.arange(0, max(n_rows, 1), LLOYD_CHUNK_ROWS), n_rows)
+        statistics = kernels.accumulators(len(chunks) - 1, *self.shape)
+        chunk_centers = np.empty((len(chunks) - 1,) + self.shape)
         totals = ClusterTotals(self.comm, self.shape)
-        block = np.empty((n_local,) + self.shape)
+
+        def block_centers():
+            return np.broadcast_to(centers, (n_local,) + self.shape).copy()
+
         loop_started = clock()
         self.seconds["initialization"] = loop_started - self.entered
-
         iteration, interrupted = self.done, False
         for iteration in range(self.done + 1, options.max_iter + 1):
             t0 = clock()
-            block[:] = centers
-            sums, counts, sse, changed = self.local_pass(block)
-            block_sums, block_counts = kernels.block_totals(sums, counts)
-            block_sse, block_changed = sse.sum(), changed
+            chunk_centers[:] = centers
+            sums, counts, sse, changed = kernels.assign_and_accumulate(
+                self.points, chunks, chunk_centers, self.labels, out=statistics)
+            block_sse = sse.sum()
             t1 = clock()
-            sums, counts, _, changed, signalled = totals.allreduce(
-                block_sums, block_counts, block_sse, block_changed, self.stop_requested())
+            sums, counts, _, total_changed, signalled = totals.allreduce(
+                sums.sum(axis=0), counts.sum(axis=0), block_sse, changed, self.stop_requested())
             t2 = clock()
             updated = kernels.cluster_means(sums, counts, centers)
             t3 = clock()
-            rested = options.monitor_every > 0 and changed == 0
+            rested = options.monitor_every > 0 and total_changed == 0
             if options.is_monitor_point(iteration) or rested:
-                self.monitor.record(iteration, block_sse, 0.0, block_changed,
+                self.monitor.record(iteration, block_sse, 0.0, changed,
                                     kernels.largest_move(centers[None], updated[None]), options.rho)
                 self.converged = rested
             centers = updated
             t4 = clock()
-            self.time_phases(t0, t1, t2, t3, t4)
+            self.add_times(local=t1 - t0, exchange=t2 - t1, update=t3 - t2, monitor=t4 - t3)
             if rested:
                 break
             if signalled and iteration < options.max_iter:
                 interrupted = True
                 break
             if self.checkpoint_due(iteration):
-                block[:] = centers
-                self.checkpoint(self.snapshot(block, start_centers, iteration, totals.bytes_sent))
+                self.checkpoint(self.snapshot(block_centers(), start_centers, iteration,
+                                              totals.bytes_sent))
                 self.seconds["checkpoint"] += clock() - t4
         self.seconds["loop"] = clock() - loop_started
-        block[:] = centers
         if not interrupted:
-            kernels.nearest_labels(self.points, self.offsets, block, self.labels)
-        return self.snapshot(block, start_centers, iteration, totals.bytes_sent, interrupted)
+            chunk_centers[:] = centers
+            kernels.nearest_labels(self.points, chunks, chunk_centers, self.labels)
+        return self.snapshot(block_centers(), start_centers, iteration, totals.bytes_sent, interrupted)

@@ -190,11 +190,6 @@ def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=
     return out
 
 
-def block_totals(sums, counts):
-    """Lloyd's baseline: a block's cluster sums (K, p) and counts (K,) over its agents."""
-    return sums.sum(axis=0), counts.sum(axis=0)
-
-
 def cluster_means(sums, counts, centers):
     """Lloyd's update: each cluster's mean; an empty cluster keeps its center."""
     means = np.array(centers, dtype=np.float64)

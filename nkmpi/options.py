@@ -84,10 +84,13 @@ class Options:
         need(isinstance(self.inner, Integral) and self.inner >= 1,
              f"inner updates per pass must be a positive integer, got {self.inner!r}")
         if self.rho_schedule is not None:
-            need(len(self.rho_schedule) in (2, 3),
+            try:
+                values = tuple(float(v) for v in self.rho_schedule)
+            except (TypeError, ValueError):
+                values = ()
+            need(len(values) in (2, 3),
                  f"the rho schedule is (start, factor[, settled]), got {self.rho_schedule!r}")
-            start, factor, settled = (tuple(float(v) for v in self.rho_schedule)
-                                      + (SETTLED_FRACTION,))[:3]
+            start, factor, settled = (values + (SETTLED_FRACTION,))[:3]
             need(np.isfinite(start) and 0 < start <= self.rho,
                  f"the rho schedule must start at a positive rho <= rho={self.rho:g}, got {start!r}")
             need(np.isfinite(factor) and factor > 1,

@@ -95,7 +95,7 @@ def test_schedule_stages():
     assert Options(n_clusters=2, rho=5.0).rho_stages() == [5.0]
     for bad in [dict(rho_schedule=(0.0, 10.0)), dict(rho_schedule=(1.0, 1.0)),
                 dict(rho_schedule=(2000.0, 10.0)), dict(rho_schedule=(1.0, 10.0), monitor_every=0),
-                dict(rho_schedule=(1.0, 10.0, 1.5)), dict(inner=0), dict(algorithm="lloyd", inner=2)]:
+                dict(rho_schedule=(1.0, 10.0, 1.5)), dict(rho_schedule="fast"), dict(inner=0), dict(algorithm="lloyd", inner=2)]:
         with pytest.raises(InputError):
             Options(n_clusters=2, rho=1000.0, **bad)
 
