@@ -5,7 +5,6 @@ program follows the serial reference exactly, through checkpoints too."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 
 from conftest import run_mpi, uneven_dataset
 from nkmpi.errors import InputError
@@ -13,7 +12,7 @@ from nkmpi.graph import build_network
 from nkmpi.io import read_result
 from nkmpi.options import Options
 from nkmpi.reference import simulate
-from test_reference import blob_agents, fixed_point_residual
+from test_reference import blob_agents, fixed_point_residual, problems
 
 
 def stretches(metrics):
@@ -22,28 +21,8 @@ def stretches(metrics):
     return np.split(metrics["objective"], cuts)
 
 
-@st.composite
-def accelerated_problems(draw):
-    n_agents = draw(st.integers(1, 6))
-    n_clusters = draw(st.integers(1, 4))
-    sizes = draw(st.lists(st.integers(0, 12), min_size=n_agents, max_size=n_agents))
-    seed = draw(st.integers(0, 2**31))
-    rng = np.random.default_rng(seed)
-    points = np.round(rng.standard_normal((sum(sizes), 2)) * 3, draw(st.integers(0, 3)))
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    rho = draw(st.floats(0.05, 1e4))
-    schedule = draw(st.one_of(st.none(), st.tuples(st.floats(0.01, 1.0), st.floats(1.5, 20.0),
-                                                   st.sampled_from([0.0, 0.05, 0.3]))))
-    options = Options(n_clusters=n_clusters, rho=rho, alpha=draw(st.floats(0.01, 1.0)), max_iter=40,
-                      tol=draw(st.sampled_from([0.0, 1e-3, 1e-1])), init=draw(st.sampled_from(["flood", "local"])),
-                      seed=seed % 1000, monitor_every=1, inner=draw(st.integers(1, 6)),
-                      rho_schedule=None if schedule is None else (schedule[0] * rho, *schedule[1:]))
-    spec = draw(st.sampled_from(["ring", "path", "complete", "star"]))
-    return points, offsets, build_network(spec, n_agents), options
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(accelerated_problems())
+@given(problems(accelerated=True))
 def test_objective_never_increases_within_a_stretch(problem):
     points, offsets, network, options = problem
     try:

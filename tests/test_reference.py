@@ -16,7 +16,8 @@ from nkmpi.reference import simulate
 
 
 @st.composite
-def problems(draw):
+def problems(draw, accelerated=False):
+    """Small random NK-means problems; `accelerated` also draws --inner, a rho schedule and tol."""
     n_agents = draw(st.integers(1, 6))
     n_clusters = draw(st.integers(1, 4))
     n_features = draw(st.integers(1, 3))
@@ -26,9 +27,17 @@ def problems(draw):
     points = np.round(rng.standard_normal((sum(sizes), n_features)) * 3, draw(st.integers(0, 3)))
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     spec = draw(st.sampled_from(["ring", "path", "complete", "star"]))
-    options = Options(n_clusters=n_clusters, rho=draw(st.floats(0.05, 1e4)),
-                      alpha=draw(st.floats(0.01, 1.0)), max_iter=25, tol=0.0,
-                      init=draw(st.sampled_from(["flood", "local"])), seed=seed % 1000, monitor_every=1)
+    rho = draw(st.floats(0.05, 1e4))
+    settings = dict(max_iter=25, tol=0.0)
+    if accelerated:
+        schedule = draw(st.one_of(st.none(), st.tuples(st.floats(0.01, 1.0), st.floats(1.5, 20.0),
+                                                       st.sampled_from([0.0, 0.05, 0.3]))))
+        settings = dict(max_iter=40, tol=draw(st.sampled_from([0.0, 1e-3, 1e-1])),
+                        inner=draw(st.integers(1, 6)),
+                        rho_schedule=None if schedule is None else (schedule[0] * rho, *schedule[1:]))
+    options = Options(n_clusters=n_clusters, rho=rho, alpha=draw(st.floats(0.01, 1.0)),
+                      init=draw(st.sampled_from(["flood", "local"])), seed=seed % 1000, monitor_every=1,
+                      **settings)
     return points, offsets, build_network(spec, n_agents), options
 
 
