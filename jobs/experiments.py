@@ -25,6 +25,7 @@ data         iid and the non-IID partitions of data_tools, on synthetic blobs an
 
 import argparse
 import csv
+import hashlib
 import os
 import subprocess
 import sys
@@ -62,7 +63,8 @@ class Runner:
         (folder / "data").mkdir(parents=True, exist_ok=True)
 
     def run(self, name, data, args):
-        out = self.folder / "runs" / f"{name}.h5"
+        key = hashlib.sha1(" ".join(map(str, [data, *args])).encode()).hexdigest()[:8]
+        out = self.folder / "runs" / f"{name}-{key}.h5"
         if not out.exists():
             if self.launcher == "srun":
                 command = ["srun", f"--ntasks={self.n_ranks}", "--mpi=pmi2"]
@@ -118,6 +120,25 @@ def outcome(result):
             "seconds": float(a["seconds_loop"])}
 
 
+#: The accelerated variants the sweeps compare with plain NK-means, and their CSV column prefixes.
+FAST = {"inner 20": "inner", "schedule 1:10 + inner 20": "both"}
+
+
+def accelerated(runner, name, data, args, plain, rho):
+    """The same run with each FAST variant: passes until Q^rho is within WITHIN of plain's
+    final objective, and where the variant ends relative to plain."""
+    plain_passes, _, plain_objective = reached(plain, rho)
+    row = {"plain_passes": plain_passes}
+    for label, prefix in FAST.items():
+        fast = runner.run(f"{name}-{prefix}", data, args + VARIANTS[label])
+        same_start(fast, plain)
+        passes, _, objective = reached(fast, rho, plain_objective[-1])
+        row.update({f"{prefix}_passes": passes or "",
+                    f"{prefix}_pass_ratio": plain_passes / passes if passes else "",
+                    f"{prefix}_objective_ratio": objective[-1] / plain_objective[-1]})
+    return row
+
+
 def same_start(nkmeans, lloyd):
     if not np.array_equal(nkmeans["initial_centers"], lloyd["initial_centers"]):
         raise SystemExit("NK-means and Lloyd did not start from the same centers")
@@ -129,10 +150,11 @@ def experiment_rho(runner, rhos=(1, 3, 10, 30, 100, 300, 1000, 3000, 10000)):
     base, best = lloyd_baseline(runner, "rho", data, 5, points)
     rows = []
     for rho in rhos:
-        result = runner.run(f"rho-{rho}", data, ["-k", 5, "--rho", rho, "--graph", "ring", "--iters", 400000,
-                                                  "--monitor-every", 10])
+        args = ["-k", 5, "--rho", rho, "--graph", "ring", "--iters", 400000, "--monitor-every", 1]
+        result = runner.run(f"rho-{rho}", data, args)
         same_start(result, base)
-        rows.append({"rho": rho, **outcome(result), **quality(points, result, best)})
+        rows.append({"rho": rho, **outcome(result), **quality(points, result, best),
+                     **accelerated(runner, f"rho-{rho}", data, args, result, rho)})
         print(f"rho {rho:>6}: {rows[-1]['iterations']} iterations, cost/Lloyd "
               f"{rows[-1]['cost_ratio_max']:.6f}", flush=True)
     return rows
@@ -158,14 +180,14 @@ def experiment_topology(runner, specs=("ring", "ws:k=4,p=0.2", "rgg:radius=0.2",
     for spec in specs:
         network = build_network(spec, 64, seed=0)
         stats = graph_stats(network)
-        result = runner.run(f"topology-{spec.replace(':', '').replace(',', '').replace('=', '')}", data,
-                            ["-k", 5, "--rho", 100, "--graph", spec, "--iters", 400000,
-                             "--monitor-every", 10])
+        name = f"topology-{spec.replace(':', '').replace(',', '').replace('=', '')}"
+        args = ["-k", 5, "--rho", 100, "--graph", spec, "--iters", 400000, "--monitor-every", 1]
+        result = runner.run(name, data, args)
         same_start(result, base)
         rows.append({"graph": spec, "edges": stats["edges"], "degree_mean": 2 * stats["edges"] / 64,
                      "lambda_2": stats["lambda_2"], "diameter": stats["diameter"],
                      "time_constant": 1 / (0.5 * slowest_mode(network, per_agent, 5, 100)), **outcome(result),
-                     **quality(points, result, best)})
+                     **quality(points, result, best), **accelerated(runner, name, data, args, result, 100)})
         print(f"graph {spec}: lambda_2 {stats['lambda_2']:.3f}, {rows[-1]['iterations']} iterations",
               flush=True)
     return rows
@@ -178,7 +200,7 @@ def experiment_alpha(runner, alphas=(0.1, 0.2, 0.35, 0.5, 0.75, 1.0)):
     rows = []
     for alpha in alphas:
         result = runner.run(f"alpha-{alpha}", data, ["-k", 5, "--rho", 100, "--alpha", alpha, "--graph",
-                                                     "ring", "--iters", 400000, "--monitor-every", 10])
+                                                     "ring", "--iters", 400000, "--monitor-every", 1])
         same_start(result, base)
         rows.append({"alpha": alpha, **outcome(result), **quality(points, result, best)})
         print(f"alpha {alpha}: {rows[-1]['iterations']} iterations", flush=True)

@@ -44,6 +44,9 @@ def test_topology_and_alpha(report):
     # The predicted time constant orders the measured iteration counts.
     assert float(complete["time_constant"]) > float(ring["time_constant"])
     assert int(complete["iterations"]) > int(ring["iterations"])
+    # Inner updates do the slow part of the work between passes (same minimum here).
+    assert int(complete["inner_passes"]) * 5 < int(complete["plain_passes"])
+    assert float(complete["inner_objective_ratio"]) == pytest.approx(1, abs=1e-3)
     half, full = rows(report, "alpha")
     assert int(full["iterations"]) < int(half["iterations"])
     assert float(full["objective"]) == pytest.approx(float(half["objective"]), rel=1e-6)  # same fixed point
