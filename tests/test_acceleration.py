@@ -89,6 +89,8 @@ def dataset(tmp_path_factory):
 @pytest.mark.parametrize("extra,settings", [
     (["--inner", "3"], dict(inner=3)),
     (["--rho-schedule", "0.5:4", "--inner", "2"], dict(rho_schedule=(0.5, 4.0), inner=2)),
+    (["--inner", "3", "--link-failure-prob", "0.2", "--dropout-prob", "0.1"],
+     dict(inner=3, link_failure_prob=0.2, dropout_prob=0.1)),
 ])
 def test_mpi_equals_reference(dataset, tmp_path, extra, settings):
     path, points, offsets = dataset

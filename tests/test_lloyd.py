@@ -1,11 +1,15 @@
 """--algorithm lloyd: exact distributed Lloyd, equal to scikit-learn's Lloyd from
 the same start on any rank count, written in the same result format."""
 
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from conftest import run_mpi
+from conftest import mpi_env, mpiexec, run_mpi
 from data_tools.dataset import write_dataset
 from nkmpi.graph import build_network
 from nkmpi.io import read_result
@@ -87,3 +91,27 @@ def test_lloyd_checkpoint_resume(dataset, tmp_path):
     np.testing.assert_allclose(resumed["centers"], full["centers"], rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(resumed["assignments"], full["assignments"])
     assert resumed["attrs"]["iterations"] == full["attrs"]["iterations"]
+
+
+def test_lloyd_signal_checkpoints_and_resumes(dataset, tmp_path):
+    """The stop request travels in the fused allreduce: every rank stops at the same iteration."""
+    path = dataset[0]
+    args = ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 200000, "--monitor-every", 0,
+            "--seed", 3]
+    command = [mpiexec(), "-n", "3", sys.executable, "-m", "nkmpi"] + [str(a) for a in args] + \
+        ["--out", str(tmp_path / "cut.h5")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=mpi_env())
+    assert "exact Lloyd" in proc.stdout.readline()           # set-up done, handlers in place
+    proc.send_signal(signal.SIGUSR1)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 3, stderr
+    checkpoint = tmp_path / "cut.checkpoint.h5"
+    assert checkpoint.exists() and not (tmp_path / "cut.h5").exists()
+    resumed = run_mpi(2, args + ["--out", tmp_path / "resumed.h5", "--resume", checkpoint, "--quiet"])
+    assert resumed.returncode == 0, resumed.stderr
+    got = read_result(tmp_path / "resumed.h5")
+    assert 0 < got["attrs"]["resumed_at_iteration"] < 200000 and got["attrs"]["iterations"] == 200000
+    expected = sklearn_lloyd(dataset[1], got["initial_centers"][0])
+    np.testing.assert_allclose(got["centers"][0], expected.cluster_centers_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got["assignments"], expected.labels_)
