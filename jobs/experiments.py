@@ -55,7 +55,8 @@ VARIANTS = {
 
 
 class Runner:
-    """Launches `nkmpi run` and caches results in OUT_DIR/runs (a rerun reuses them)."""
+    """Launches `nkmpi run` and caches results in OUT_DIR/runs, keyed by data and options:
+    a rerun reuses them (remove OUT_DIR/runs to measure a changed nkmpi)."""
 
     def __init__(self, folder, n_ranks, launcher):
         self.folder, self.n_ranks, self.launcher = folder, n_ranks, launcher
