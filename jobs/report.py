@@ -94,6 +94,22 @@ def _fast_columns():
     return columns
 
 
+def _target_line(data, source="digits", target=10.0):
+    """Whether each variant takes at least `target` times fewer passes than plain to 0.1% of
+    its final objective on every partition of `source` (the issue's acceptance test)."""
+    rows = [r for r in data if r["data"] == source and r["variant"] != "plain"]
+    if not rows:
+        return ""
+    lines = [f"\n**Target: at least {target:g}x fewer passes than plain NK-means to 0.1% of the final "
+             f"objective on {source}, rho = 1000**, over its {len({r['partition'] for r in rows})} "
+             "partitions (column (a)):\n"]
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        ratios = [r["pass_ratio"] for r in rows if r["variant"] == variant]
+        verdict = "met" if min(ratios) >= target else "missed"
+        lines.append(f"- {variant}: {min(ratios):.1f}x to {max(ratios):.1f}x fewer, **{verdict}**")
+    return "\n".join(lines) + "\n"
+
+
 def _maybe(value, form):
     return "-" if value == "" else form.format(value)
 
@@ -181,6 +197,7 @@ def write_report(folder, tables, trace, n_ranks):
             ("objective / plain", lambda r: f"{r['objective_ratio']:.4f}"),
             ("cost / Lloyd, max", lambda r: f"{r['cost_ratio_max']:.4f}"),
             ("passes to converge", _iters)]))
+        parts.append(_target_line(data))
         if trace:
             parts.append(f"\n![acceleration]({plot_acceleration(trace, folder / 'acceleration.png')})\n")
     (folder / "REPORT.md").write_text("\n".join(parts) + "\n")
