@@ -62,10 +62,11 @@ class BlockResult:
     rho_stage: int = 0
 
 
-def seeders_and_source(comm, points, offsets, agents, options):
-    """Block indices of the agents that seed k-means++ (flood: only the lowest
-    qualifying agent of the whole run, found by one allreduce)."""
-    seeders = []
+def seeding_agents(comm, points, offsets, agents, options):
+    """Block indices of the agents that seed k-means++, and with flood init the global id
+    of the run's one seeding agent (the lowest qualifying one, found by one allreduce;
+    None with local init)."""
+    seeders, source = [], None
     for i in range(len(agents)):
         if has_distinct(points[offsets[i]:offsets[i + 1]], options.n_clusters):
             seeders.append(i)
@@ -78,7 +79,7 @@ def seeders_and_source(comm, points, offsets, agents, options):
     if comm.allreduce(len(seeders), op=MPI.SUM) == 0:
         raise InputError(f"no agent holds {options.n_clusters} distinct points, so none can seed "
                          "k-means++: lower -k or pass --init file:PATH", collective=True)
-    return seeders
+    return seeders, source
 
 
 def initial_centers(comm, exchange, points, offsets, agents, options):
@@ -90,7 +91,7 @@ def initial_centers(comm, exchange, points, offsets, agents, options):
         centers[:] = options.init
         return
     centers[:] = np.nan
-    seeders = seeders_and_source(comm, points, offsets, agents, options)
+    seeders, _ = seeding_agents(comm, points, offsets, agents, options)
     for i in seeders:
         centers[i] = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]),
                                 options.n_clusters, options.seed)
@@ -105,8 +106,7 @@ def shared_initial_centers(comm, points, offsets, agents, owner, options):
     agent that flood init would spread (so both algorithms start alike)."""
     if not isinstance(options.init, str):
         return np.array(options.init, dtype=np.float64)
-    seeders = seeders_and_source(comm, points, offsets, agents, options)
-    source = comm.allreduce(int(agents[seeders[0]]) if seeders else -1, op=MPI.MAX)
+    seeders, source = seeding_agents(comm, points, offsets, agents, options)
     seed = None
     if seeders:
         i = seeders[0]
