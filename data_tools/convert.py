@@ -26,7 +26,7 @@ import numpy as np
 from nkmpi.errors import InputError
 from nkmpi.graph import build_network
 
-from .dataset import group_by_agent, write_dataset
+from .dataset import finish_command, group_by_agent, write_dataset
 from .partition import PARTITIONS, parse_partition
 
 SKLEARN_SETS = ("iris", "wine", "breast_cancer", "digits")
@@ -174,16 +174,10 @@ def main(argv=None):
     if args.source.endswith((".csv", ".txt")):
         csv_options = dict(columns=args.columns.split(",") if args.columns else None,
                            label_column=args.label_column, header=args.header, delimiter=args.delimiter)
-    try:
-        offsets = convert(args.source, args.out, args.agents, args.partition, args.standardize, args.graph,
-                          args.seed, args.dtype, args.key, args.labels_key, **csv_options)
-    except InputError as exc:
-        print(f"nkmpi: error: {exc}", file=sys.stderr)
-        return 2
-    sizes = np.diff(offsets)
-    print(f"wrote {args.out}: {offsets[-1]} points, {args.agents} agents ({args.partition}; "
-          f"{sizes.min()}..{sizes.max()} points per agent)")
-    return 0
+    return finish_command(lambda: convert(args.source, args.out, args.agents, args.partition,
+                                          args.standardize, args.graph, args.seed, args.dtype, args.key,
+                                          args.labels_key, **csv_options),
+                          args.out, args.partition)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Writing dataset v1 files (the reader is nkmpi.io)."""
 
 import os
+import sys
 
 import h5py
 import numpy as np
 
+from nkmpi.errors import InputError
 from nkmpi.io import DATASET_FORMAT, DATASET_VERSION
 
 
@@ -34,3 +36,18 @@ def group_by_agent(agent_of_row, n_agents, *arrays):
     offsets = np.zeros(n_agents + 1, dtype=np.int64)
     np.cumsum(np.bincount(agent_of_row, minlength=n_agents), out=offsets[1:])
     return (offsets,) + tuple(a[order] for a in arrays)
+
+
+def finish_command(write, out, partition, detail=""):
+    """The end of a data tool's command line: run `write()`, which returns the agent
+    offsets, and print what was written (`detail` follows the point count); bad input
+    prints `nkmpi: error: ...` and gives exit status 2."""
+    try:
+        offsets = write()
+    except InputError as exc:
+        print(f"nkmpi: error: {exc}", file=sys.stderr)
+        return 2
+    sizes = np.diff(offsets)
+    print(f"wrote {out}: {offsets[-1]} points{detail}, {len(sizes)} agents ({partition}; "
+          f"{sizes.min()}..{sizes.max()} points per agent)")
+    return 0

@@ -21,6 +21,7 @@ from nkmpi.errors import InputError
 from nkmpi.graph import GRAPH_SPECS, build_network
 from nkmpi.io import DATASET_FORMAT, DATASET_VERSION
 
+from .dataset import finish_command
 from .partition import PARTITIONS, parse_partition
 
 
@@ -141,18 +142,12 @@ def main(argv=None):
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk (default: 16 MB of points)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    try:
-        offsets = generate(args.out, args.points, args.clusters, args.features, args.agents,
-                           args.partition, args.spread, args.separation, args.imbalance,
-                           args.anisotropy, args.dtype, args.graph, args.seed, args.chunk_rows,
-                           progress=not args.quiet)
-    except InputError as exc:
-        print(f"nkmpi: error: {exc}", file=sys.stderr)
-        return 2
-    sizes = np.diff(offsets)
-    print(f"wrote {args.out}: {args.points} points x {args.features} features, {args.clusters} clusters, "
-          f"{args.agents} agents ({args.partition}; {sizes.min()}..{sizes.max()} points per agent)")
-    return 0
+    return finish_command(lambda: generate(args.out, args.points, args.clusters, args.features, args.agents,
+                                           args.partition, args.spread, args.separation, args.imbalance,
+                                           args.anisotropy, args.dtype, args.graph, args.seed,
+                                           args.chunk_rows, progress=not args.quiet),
+                          args.out, args.partition,
+                          detail=f" x {args.features} features, {args.clusters} clusters")
 
 
 if __name__ == "__main__":
