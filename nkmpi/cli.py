@@ -24,7 +24,7 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
 from .monitor import LOOP_PHASES
-from .options import ALGORITHMS, SETTLED_FRACTION, Options
+from .options import ALGORITHMS, COUPLING, SETTLED_FRACTION, Options
 
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
@@ -41,8 +41,13 @@ class _Parser(argparse.ArgumentParser):
 def _add_run_options(parser):
     parser.add_argument("data", help="dataset v1 HDF5 file")
     parser.add_argument("-k", "--clusters", type=int, required=True, help="clusters per agent (K)")
-    parser.add_argument("--rho", type=float, default=10.0,
-                        help="relaxation parameter: larger ties agents closer, converges slower (default 10)")
+    tie = parser.add_mutually_exclusive_group()
+    tie.add_argument("--rho", type=float, default=None,
+                     help="relaxation parameter: larger ties agents closer, converges slower "
+                          "(default: --coupling times the mean points per agent)")
+    tie.add_argument("--coupling", type=float, default=None, metavar="C",
+                     help=f"rho relative to the data: rho = C x mean points per agent, so that agents "
+                          f"are tied alike whatever the data's size (default {COUPLING:g})")
     parser.add_argument("--alpha", type=float, default=0.5, help="step size in (0, 1] (default 0.5)")
     parser.add_argument("--graph", default=None, metavar="SPEC",
                         help="communication graph: " + ", ".join(GRAPH_SPECS)
@@ -51,9 +56,14 @@ def _add_run_options(parser):
     parser.add_argument("--tol", type=float, default=1e-6,
                         help="stop when no assignment changed and no center moved more than TOL, "
                              "in data units, at a monitoring point (default 1e-6)")
-    parser.add_argument("--init", default="flood", metavar="flood|local|file:PATH",
-                        help="flood: one agent's k-means++ spread over the graph (default); local: every "
-                             "agent seeds itself; file:PATH: (K, p) centers from .npy or HDF5 'centers'")
+    parser.add_argument("--init", default="network", metavar="network|flood|local|file:PATH",
+                        help="network: k-means++ on summaries merged over the whole network (default; "
+                             "only means of groups of at least 5 points leave an agent); flood: one "
+                             "agent's k-means++ spread over the graph; local: every agent seeds itself; "
+                             "file:PATH: (K, p) centers from .npy or HDF5 'centers'")
+    parser.add_argument("--n-init", type=int, default=10, metavar="R",
+                        help="with --init network: R seedings of the merged summary, the one of lowest "
+                             "summary cost kept (nearly free; default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of k-means++ and random graphs (default 0)")
     parser.add_argument("--monitor-every", type=int, default=10, metavar="N",
                         help="gather metrics, print progress and test convergence every N iterations; "
@@ -144,8 +154,9 @@ def options_from(args):
         raise InputError(f"--threads must be at least 1, got {args.threads}")
     if getattr(args, "checkpoint_every", 0) < 0:
         raise InputError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
-    return Options(n_clusters=args.clusters, rho=args.rho, alpha=args.alpha, max_iter=args.iters,
-                   tol=args.tol, init=read_init(args.init), seed=args.seed,
+    return Options(n_clusters=args.clusters, rho=args.rho, coupling=args.coupling, alpha=args.alpha,
+                   max_iter=args.iters,
+                   tol=args.tol, init=read_init(args.init), n_init=args.n_init, seed=args.seed,
                    monitor_every=args.monitor_every, link_failure_prob=args.link_failure_prob,
                    dropout_prob=args.dropout_prob, algorithm=args.algorithm, inner=args.inner,
                    rho_schedule=read_rho_schedule(args.rho_schedule))
@@ -184,6 +195,7 @@ def run_rank(args, comm, options, entered, stop_requested):
     out = args.out or sibling(args.data, ".result.h5")
     checkpoint_path = args.checkpoint or sibling(out, ".checkpoint.h5")
     info = agree(comm, io.open_dataset, args.data)
+    options = agree(comm, options.resolve, info.n_points, info.n_agents)
     agree(comm, options.check_features, info.n_features)
     for path in (out, checkpoint_path):
         agree(comm, io.check_output if rank == 0 else (lambda path: None), path)
@@ -338,6 +350,7 @@ def command_simulate(args):
     out = args.out or sibling(args.data, ".result.h5")
     options = options_from(args)
     info, points = io.read_all(args.data)
+    options = options.resolve(info.n_points, info.n_agents)
     options.check_features(info.n_features)
     check_enough_distinct([distinct_rows(points, options.n_clusters)], options.n_clusters)
     io.check_output(out)

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels
-from .errors import InputError
-from .exchange import ClusterTotals, NeighbourExchange
+from . import kernels, seeding
+from .errors import InputError, agree
+from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
+from .graph import concat_ranges, spanning_tree
 from .init import adopt_from_neighbours, agent_seed, has_distinct
 from .monitor import LOOP_PHASES, Monitor
 
@@ -82,13 +83,81 @@ def seeding_agents(comm, points, offsets, agents, options):
     return seeders, source
 
 
-def initial_centers(comm, exchange, points, offsets, agents, options):
-    """Seed (flood: only the lowest qualifying agent; local: every qualifying one),
-    then flood rounds over neighbour exchanges until every agent has centers.
-    Writes into exchange.centers."""
+def network_seeding(comm, points, offsets, agents, network, owner, options):
+    """--init network (nkmpi.seeding) for this rank's agents; collective over `comm`.
+
+    Every agent summarizes its rows; then, tree level by tree level from the
+    deepest, each agent joins its summary with its children's (received from
+    the child's rank when it lives elsewhere) and sends the result to its
+    parent; the root seeds, and the centers travel back down.  Returns the
+    (K, p) centers, the same on every rank and for any placement.
+    """
+    rank, k, seed = comm.Get_rank(), options.n_clusters, options.seed
+    agents = np.asarray(agents, dtype=np.int64)
+    tree = spanning_tree(network)
+    n_groups, budget = seeding.summary_size(k), seeding.message_rows(k)
+    width = points.shape[1] + 1
+    own_ptr = np.concatenate([[0], np.cumsum(seeding.local_capacity(np.diff(offsets), k))])
+    own = np.empty((own_ptr[-1], width))
+    own_count = seeding.summarize_block(points, offsets, agents, n_groups, seeding.MIN_GROUP, seed,
+                                        own_ptr, own)
+    channel = TreeChannel(comm, tree, owner, agents)
+    depth = tree.depth[agents]
+    # The previous (one deeper) level's merged summaries: agent ids, row ranges, rows.
+    done_ids, done_ptr, done_count, done = (np.zeros(0, np.int64),) * 3 + (np.zeros((0, width)),)
+    for level in range(tree.height, -1, -1):
+        block = np.flatnonzero(depth == level)
+        if not len(block):
+            continue
+        ids = agents[block]
+        n_kids = tree.child_ptr[ids + 1] - tree.child_ptr[ids]
+        kids = tree.child_index[concat_ranges(tree.child_ptr[ids], tree.child_ptr[ids + 1])]
+        remote = owner[kids] != rank
+        order = np.argsort(kids[remote], kind="stable")            # the order they were sent in
+        received = channel.receive_up(owner[kids[remote]][order], budget, width)
+        sizes = np.zeros(len(kids), dtype=np.int64)
+        starts = np.zeros(len(kids), dtype=np.int64)
+        local_at = np.searchsorted(done_ids, kids[~remote])
+        sizes[~remote], starts[~remote] = done_count[local_at], done_ptr[local_at]
+        remote_at = np.flatnonzero(remote)[order]
+        sizes[remote_at] = [len(rows) for rows in received]
+        starts[remote_at] = len(done) + np.cumsum([0] + [len(rows) for rows in received])[:-1]
+        pool = np.concatenate([done] + received) if received else done
+        part_ptr = np.concatenate([[0], np.cumsum(n_kids)])
+        size_sum = np.concatenate([[0], np.cumsum(sizes)])
+        joined = own_count[block] + size_sum[part_ptr[1:]] - size_sum[part_ptr[:-1]]
+        out_ptr = np.concatenate([[0], np.cumsum(seeding.merged_capacity(joined, n_groups, budget))])
+        out = np.empty((out_ptr[-1], width))
+        counts = seeding.merge_level(own, own_ptr[block], own_ptr[block] + own_count[block], pool,
+                                     part_ptr, starts, starts + sizes, ids, n_groups, budget, seed,
+                                     out_ptr, out)
+        for i in np.flatnonzero(tree.parent[ids] >= 0):
+            parent_rank = owner[tree.parent[ids[i]]]
+            if parent_rank != rank:
+                channel.send_up(out[out_ptr[i]:out_ptr[i] + counts[i]], parent_rank)
+        done_ids, done_ptr, done_count, done = ids, out_ptr[:-1], counts, out
+
+    def root_seeding():
+        if owner[tree.root] != rank:
+            return None
+        return seeding.seed_from_summary(done[:done_count[0]], k, options.n_init, seed, tree.root)
+
+    centers = agree(comm, root_seeding)
+    centers = channel.send_down(centers, (k, points.shape[1]))
+    channel.free()
+    return centers
+
+
+def initial_centers(comm, exchange, points, offsets, agents, network, owner, options):
+    """The given centers, the network-wide seeding, or seeds (flood: only the lowest
+    qualifying agent; local: every qualifying one) then flood rounds over neighbour
+    exchanges until every agent has centers.  Writes into exchange.centers."""
     centers = exchange.centers
     if not isinstance(options.init, str):
         centers[:] = options.init
+        return
+    if options.init == "network":
+        centers[:] = network_seeding(comm, points, offsets, agents, network, owner, options)
         return
     centers[:] = np.nan
     seeders, _ = seeding_agents(comm, points, offsets, agents, options)
@@ -101,11 +170,14 @@ def initial_centers(comm, exchange, points, offsets, agents, options):
         lacking = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
 
 
-def shared_initial_centers(comm, points, offsets, agents, owner, options):
-    """Lloyd's one set of (K, p) centers: the given ones, or the k-means++ seed of the
-    agent that flood init would spread (so both algorithms start alike)."""
+def shared_initial_centers(comm, points, offsets, agents, network, owner, options):
+    """Lloyd's one set of (K, p) centers: the given ones, the network-wide seeding, or
+    the k-means++ seed of the agent that flood init would spread (so both algorithms
+    start alike)."""
     if not isinstance(options.init, str):
         return np.array(options.init, dtype=np.float64)
+    if options.init == "network":
+        return network_seeding(comm, points, offsets, agents, network, owner, options)
     seeders, source = seeding_agents(comm, points, offsets, agents, options)
     seed = None
     if seeders:
@@ -130,6 +202,8 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     stop_requested : polled every iteration (a signal arrived): the ranks then
         agree on an iteration after which they all stop, interrupted.
     """
+    if options.rho is None:
+        options = options.resolve(comm.allreduce(len(points)), len(owner))
     loop = _Loop(comm, points, offsets, agents, network, owner, options, stream, resume,
                  checkpoint, checkpoint_every, stop_requested)
     return loop.run_lloyd() if options.algorithm == "lloyd" else loop.run_nkmeans()
@@ -186,7 +260,8 @@ class _Loop:
         clock, options = time.perf_counter, self.options
         exchange = NeighbourExchange(self.comm, self.network, self.owner, self.agents, self.shape)
         if self.resume is None:
-            initial_centers(self.comm, exchange, self.points, self.offsets, self.agents, options)
+            initial_centers(self.comm, exchange, self.points, self.offsets, self.agents,
+                            self.network, self.owner, options)
             start_centers = exchange.centers.copy()
         else:
             exchange.centers[:] = self.resume["centers"]
@@ -270,7 +345,7 @@ class _Loop:
         n_local, n_rows = len(self.agents), len(self.points)
         if self.resume is None:
             centers = shared_initial_centers(self.comm, self.points, self.offsets, self.agents,
-                                             self.owner, options)
+                                             self.network, self.owner, options)
             start_centers = np.broadcast_to(centers, (n_local,) + self.shape).copy()
         else:
             centers = self.comm.bcast(self.resume["centers"][0] if n_local else None,

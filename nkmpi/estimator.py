@@ -23,11 +23,15 @@ class NKMeans:
     Parameters
     ----------
     n_clusters : int, K.
-    rho : float, relaxation parameter (> 0).
+    rho : float, relaxation parameter (> 0); default: `coupling` x mean points per agent.
+    coupling : float, rho relative to the mean points per agent (default 2; give
+        rho or coupling, not both).
     alpha : float, step size in (0, 1].
     max_iter : int, at most this many iterations.
     tol : float, absolute center-move tolerance for stopping (data units).
-    init : 'flood', 'local' or a (K, p) array.
+    init : 'network' (k-means++ over summaries merged across the network),
+        'flood', 'local' or a (K, p) array.
+    n_init : int, seedings of the merged summary tried with init 'network'.
     random_state : int, seeds k-means++ and random graph specs.
     monitor_every : int, gather metrics and test convergence every this many
         iterations (0: only at the end, no early stop).
@@ -49,15 +53,17 @@ class NKMeans:
     agents_ : (L,) global ids of this rank's agents.
     """
 
-    def __init__(self, n_clusters=8, *, rho=10.0, alpha=0.5, max_iter=1000, tol=1e-6, init="flood",
-                 random_state=0, monitor_every=10, algorithm="nkmeans", inner=1, rho_schedule=None,
-                 n_threads=1, comm=None):
+    def __init__(self, n_clusters=8, *, rho=None, coupling=None, alpha=0.5, max_iter=1000, tol=1e-6,
+                 init="network", n_init=10, random_state=0, monitor_every=10, algorithm="nkmeans",
+                 inner=1, rho_schedule=None, n_threads=1, comm=None):
         self.n_clusters = n_clusters
         self.rho = rho
+        self.coupling = coupling
         self.alpha = alpha
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
+        self.n_init = n_init
         self.random_state = random_state
         self.monitor_every = monitor_every
         self.algorithm = algorithm
@@ -67,9 +73,11 @@ class NKMeans:
         self.comm = comm
 
     def _options(self):
-        return Options(n_clusters=self.n_clusters, rho=self.rho, alpha=self.alpha,
-                       max_iter=self.max_iter, tol=self.tol, init=self.init,
-                       seed=self.random_state, monitor_every=self.monitor_every,
+        if self.rho is not None and self.coupling is not None:
+            raise InputError("give rho or coupling, not both (rho = coupling x mean points per agent)")
+        return Options(n_clusters=self.n_clusters, rho=self.rho, coupling=self.coupling,
+                       alpha=self.alpha, max_iter=self.max_iter, tol=self.tol, init=self.init,
+                       n_init=self.n_init, seed=self.random_state, monitor_every=self.monitor_every,
                        algorithm=self.algorithm, inner=self.inner, rho_schedule=self.rho_schedule)
 
     def fit(self, X, agent_offsets=None, graph="ring", agents=None):

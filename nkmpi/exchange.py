@@ -198,3 +198,61 @@ class ClusterTotals:
         self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
         return (buffer[:width].reshape(self.shape), buffer[width:width + n_clusters],
                 float(buffer[-3]), int(buffer[-2]), bool(buffer[-1] > 0))
+
+
+class TreeChannel:
+    """Point-to-point messages along the cross-rank edges of the seeding's spanning
+    tree (graph.SpanningTree): summaries up, centers down.  Every tree edge is an
+    edge of the agent graph, so only ranks that host neighbouring agents talk.
+
+    Messages between two ranks keep their order (MPI does not overtake), so no
+    tag is needed: a rank sends its summaries level by level, deepest first, in
+    ascending agent id, and its parent ranks receive them in that order.
+    """
+
+    def __init__(self, comm, tree, owner, agents):
+        self.comm = comm.Dup()
+        rank = comm.Get_rank()
+        agents = np.asarray(agents, dtype=np.int64)
+        parents = tree.parent[agents]
+        parent_ranks = owner[parents[parents >= 0]]
+        children = tree.child_index[concat_ranges(tree.child_ptr[agents], tree.child_ptr[agents + 1])]
+        #: One message down arrives from each remote parent and leaves for each remote child.
+        self.down_sources = parent_ranks[parent_ranks != rank]
+        self.down_targets = owner[children][owner[children] != rank]
+        self._sends = []
+
+    def send_up(self, rows, target):
+        """Start sending a summary (n, p + 1) to the rank of its agent's parent."""
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        self._sends.append((self.comm.Isend(rows, dest=int(target)), rows))
+
+    def receive_up(self, sources, max_rows, width):
+        """The summaries of remote children, one from each entry of `sources` (ranks,
+        listed in the children's ascending id): a list of (n, width) arrays."""
+        buffers = [np.empty((max_rows, width)) for _ in sources]
+        requests = [self.comm.Irecv(buffer, source=int(source))
+                    for buffer, source in zip(buffers, sources)]
+        statuses = [MPI.Status() for _ in requests]
+        MPI.Request.Waitall(requests, statuses)
+        return [buffer[:status.Get_count(MPI.DOUBLE) // width]
+                for buffer, status in zip(buffers, statuses)]
+
+    def send_down(self, centers, shape):
+        """Pass the root's centers on: wait for them from a parent rank (unless this
+        rank has them), then send them to every rank hosting a child of one of its
+        agents.  Returns the centers."""
+        buffers = [np.empty(shape) for _ in self.down_sources]
+        requests = [self.comm.Irecv(buffer, source=int(source))
+                    for buffer, source in zip(buffers, self.down_sources)]
+        if centers is None:
+            centers = buffers[MPI.Request.Waitany(requests)].copy()
+        centers = np.ascontiguousarray(centers, dtype=np.float64)
+        sends = [self.comm.Isend(centers, dest=int(target)) for target in self.down_targets]
+        MPI.Request.Waitall(requests + sends)
+        return centers
+
+    def free(self):
+        MPI.Request.Waitall([request for request, _ in self._sends])
+        self._sends = []
+        self.comm.Free()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse.csgraph import breadth_first_order, connected_components, shortest_path
 from scipy.spatial import cKDTree
 
 from .errors import InputError
@@ -63,12 +63,55 @@ class Network:
         graph.add_edges_from(self.edges.tolist())
         return graph
 
+    def adjacency(self):
+        return csr_matrix((np.ones(len(self.indices), dtype=np.int8), self.indices, self.indptr),
+                          shape=(self.n_agents, self.n_agents))
+
     def is_connected(self):
         if self.n_agents <= 1:
             return True
-        adjacency = csr_matrix((np.ones(len(self.indices), dtype=np.int8), self.indices, self.indptr),
-                               shape=(self.n_agents, self.n_agents))
-        return connected_components(adjacency, directed=False, return_labels=False) == 1
+        return connected_components(self.adjacency(), directed=False, return_labels=False) == 1
+
+
+@dataclass(frozen=True)
+class SpanningTree:
+    """A breadth-first spanning tree of a connected agent graph: the paths along which
+    the network-wide seeding merges summaries towards the root and sends the
+    centers back.  Every tree edge is a graph edge, and the height (the
+    seeding's rounds each way) is at most the graph's diameter.
+
+    parent : (M,) int64, -1 at the root.  depth : (M,) int64 hops from the root.
+    child_ptr, child_index : CSR of each agent's children, ascending.
+    """
+
+    root: int
+    parent: np.ndarray
+    depth: np.ndarray
+    child_ptr: np.ndarray
+    child_index: np.ndarray
+
+    @property
+    def height(self):
+        return int(self.depth.max())
+
+    def children(self, agent):
+        return self.child_index[self.child_ptr[agent]:self.child_ptr[agent + 1]]
+
+
+def spanning_tree(network, root=0):
+    """The breadth-first tree of `network` from `root` (neighbours taken in ascending
+    id, so every rank builds the same tree)."""
+    adjacency = network.adjacency()
+    _, parent = breadth_first_order(adjacency, root, directed=True, return_predecessors=True)
+    parent = parent.astype(np.int64)
+    parent[root] = -1
+    if (parent < 0).sum() != 1:
+        raise InputError("the agent graph is not connected: no spanning tree reaches every agent")
+    depth = shortest_path(adjacency, unweighted=True, indices=root).astype(np.int64)
+    child_index = np.argsort(parent, kind="stable")[1:]          # by parent, then by id
+    child_ptr = np.zeros(network.n_agents + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parent[child_index], minlength=network.n_agents), out=child_ptr[1:])
+    return SpanningTree(root, parent, depth, child_ptr, child_index)
 
 
 def _parse_params(spec, text, allowed):

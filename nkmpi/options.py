@@ -1,16 +1,18 @@
 """The parameters that define an NK-means run, validated in one place."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from numbers import Integral, Real
 
 import numpy as np
 
 from .errors import InputError
 
-INIT_METHODS = ("flood", "local")
+INIT_METHODS = ("network", "flood", "local")
 ALGORITHMS = ("nkmeans", "lloyd")
 #: Default fraction of points that may still change cluster when a rho stretch counts as settled.
 SETTLED_FRACTION = 1e-3
+#: Default coupling: rho = COUPLING x the mean number of points per agent (see Options).
+COUPLING = 2.0
 
 
 @dataclass(frozen=True)
@@ -19,11 +21,22 @@ class Options:
 
     n_clusters : K, clusters per agent.
     rho : relaxation parameter (> 0); larger ties agents together more tightly.
+        None: `coupling` times the mean number of points per agent, fixed by
+        `resolve` once the data are known.
+    coupling : rho relative to the mean points per agent (default COUPLING when
+        rho is None).  An agent's points in a cluster weigh n / rho against
+        its neighbours' centers, so the same coupling ties agents equally
+        tightly whatever the data's size.  A given rho wins; once resolved,
+        both hold the values in use.
     alpha : step size in (0, 1].
     max_iter : at most this many iterations.
     tol : absolute; the run stops at a monitoring point when no assignment
         changed and no center moved farther than `tol` (in data units).
-    init : 'flood', 'local', or a (K, p) array shared by all agents.
+    init : 'network' (k-means++ over summaries merged across the whole network,
+        nkmpi.seeding), 'flood' (one agent's k-means++ spread over the graph),
+        'local' (every agent seeds itself), or a (K, p) array shared by all agents.
+    n_init : seedings tried on the merged summary with init 'network' (the one of
+        lowest summary cost is kept); other inits ignore it.
     seed : seeds k-means++ and random graphs.
     monitor_every : gather metrics every this many iterations (0: only at the end,
         which also disables early stopping).
@@ -43,11 +56,13 @@ class Options:
     """
 
     n_clusters: int
-    rho: float = 10.0
+    rho: object = None
+    coupling: object = None
     alpha: float = 0.5
     max_iter: int = 1000
     tol: float = 1e-6
-    init: object = "flood"
+    init: object = "network"
+    n_init: int = 10
     seed: int = 0
     monitor_every: int = 10
     link_failure_prob: float = 0.0
@@ -63,8 +78,12 @@ class Options:
 
         need(isinstance(self.n_clusters, Integral) and self.n_clusters >= 1,
              f"the number of clusters must be a positive integer, got {self.n_clusters!r}")
-        need(isinstance(self.rho, Real) and np.isfinite(self.rho) and self.rho > 0,
+        need(self.rho is None or (isinstance(self.rho, Real) and np.isfinite(self.rho)
+                                  and self.rho > 0),
              f"rho must be a positive finite number, got {self.rho!r}")
+        need(self.coupling is None or (isinstance(self.coupling, Real)
+                                       and np.isfinite(self.coupling) and self.coupling > 0),
+             f"coupling must be a positive finite number, got {self.coupling!r}")
         need(isinstance(self.alpha, Real) and 0 < self.alpha <= 1,
              f"alpha must be in (0, 1], got {self.alpha!r}")
         need(isinstance(self.max_iter, Integral) and self.max_iter >= 1,
@@ -91,8 +110,8 @@ class Options:
             need(len(values) in (2, 3),
                  f"the rho schedule is (start, factor[, settled]), got {self.rho_schedule!r}")
             start, factor, settled = (values + (SETTLED_FRACTION,))[:3]
-            need(np.isfinite(start) and 0 < start <= self.rho,
-                 f"the rho schedule must start at a positive rho <= rho={self.rho:g}, got {start!r}")
+            need(np.isfinite(start) and 0 < start and (self.rho is None or start <= self.rho),
+                 f"the rho schedule must start at a positive rho <= rho={self.rho}, got {start!r}")
             need(np.isfinite(factor) and factor > 1,
                  f"the rho schedule's factor must be > 1, got {factor!r}")
             need(np.isfinite(settled) and 0 <= settled < 1,
@@ -107,16 +126,28 @@ class Options:
             need(self.link_failure_prob == 0 and self.dropout_prob == 0,
                  "simulated faults are NK-means options: Lloyd has no links to fail")
             need(not (isinstance(self.init, str) and self.init == "local"),
-                 "Lloyd keeps one set of centers: use --init flood or file:PATH, not local")
+                 "Lloyd keeps one set of centers: use --init network, flood or file:PATH, not local")
+        need(isinstance(self.n_init, Integral) and self.n_init >= 1,
+             f"n-init must be a positive integer, got {self.n_init!r}")
         if isinstance(self.init, str):
             need(self.init in INIT_METHODS,
-                 f"unknown init {self.init!r}: use flood, local or file:PATH")
+                 f"unknown init {self.init!r}: use network, flood, local or file:PATH")
+
         else:
             init = np.asarray(self.init, dtype=np.float64)
             need(init.ndim == 2 and init.shape[0] == self.n_clusters,
                  f"initial centers must have shape (K={self.n_clusters}, p), got {init.shape}")
             need(bool(np.isfinite(init).all()), "initial centers contain NaN or Inf")
             object.__setattr__(self, "init", init)
+
+    def resolve(self, n_points, n_agents):
+        """These options with rho (and the coupling it amounts to) fixed for data of
+        n_points rows over n_agents agents."""
+        per_agent = max(n_points, 1) / n_agents
+        if self.rho is None:
+            coupling = COUPLING if self.coupling is None else self.coupling
+            return replace(self, rho=float(coupling * per_agent), coupling=float(coupling))
+        return replace(self, coupling=float(self.rho / per_agent))
 
     def check_features(self, n_features):
         """The initial centers, when given, must match the data's dimension."""

@@ -14,8 +14,11 @@ import numpy as np
 
 from .errors import InputError
 from .faults import link_up, takes_part
+from .graph import spanning_tree
 from .init import agent_seed, has_distinct
 from .monitor import Monitor
+from .seeding import (MIN_GROUP, message_rows, reduce_summary, seed_from_summary, summarize_rows,
+                      summary_size)
 
 
 @dataclass
@@ -46,6 +49,9 @@ def initial_centers(rows, network, options):
     if not isinstance(options.init, str):
         centers[:] = options.init
         return centers
+    if options.init == "network":
+        centers[:] = network_seeding(rows, network, options)
+        return centers
     for m in range(n_agents):
         if has_distinct(rows[m], k):
             centers[m] = agent_seed(rows[m], m, k, options.seed)
@@ -63,6 +69,20 @@ def initial_centers(rows, network, options):
                         centers[m] = previous[l]
                         break
     return centers
+
+
+def network_seeding(rows, network, options):
+    """--init network (nkmpi.seeding), agent by agent: every agent's summary joined with
+    its children's, deepest tree level first, then the root's seeding."""
+    k, seed = options.n_clusters, options.seed
+    m, budget = summary_size(k), message_rows(k)
+    tree = spanning_tree(network)
+    merged = [None] * network.n_agents
+    for a in np.argsort(-tree.depth, kind="stable"):
+        own = summarize_rows(rows[a], m, MIN_GROUP, seed, a)
+        joined = np.concatenate([own] + [merged[c] for c in tree.children(a)])
+        merged[a] = reduce_summary(joined, m, budget, seed, a)
+    return seed_from_summary(merged[tree.root], k, options.n_init, seed, tree.root)
 
 
 def nearest(rows, centers):
@@ -87,6 +107,7 @@ def simulate(points, offsets, network, options, stream=None):
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     rows = agent_rows(points, offsets)
+    options = options.resolve(len(points), len(rows))
     options.check_features(points.shape[1])
     centers = initial_centers(rows, network, options)
     monitor = Monitor(options, comm=None, stream=stream)

@@ -41,7 +41,7 @@ def test_lloyd_equals_scikit_learn(dataset, tmp_path, n_ranks):
     path, points, _ = dataset
     out = tmp_path / "lloyd.h5"
     proc = run_mpi(n_ranks, ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 1000,
-                             "--out", out, "--seed", 3])
+                             "--init", "flood", "--out", out, "--seed", 3])
     assert proc.returncode == 0, proc.stderr
     assert "exact Lloyd" in proc.stdout and "converged" in proc.stdout
     got = read_result(out)

@@ -22,9 +22,9 @@ def dataset(tmp_path_factory):
 
 
 def reference_for(points, offsets, spec, n_agents=12, **kw):
-    options = Options(n_clusters=kw.get("k", 4), rho=kw.get("rho", 10.0), alpha=kw.get("alpha", 0.5),
+    options = Options(n_clusters=kw.get("k", 4), rho=kw.get("rho"), alpha=kw.get("alpha", 0.5),
                       max_iter=kw.get("iters", 40), tol=kw.get("tol", 0.0), seed=SEED,
-                      monitor_every=kw.get("monitor_every", 1), init=kw.get("init", "flood"))
+                      monitor_every=kw.get("monitor_every", 1), init=kw.get("init", "network"))
     return simulate(points, offsets, build_network(spec, n_agents, SEED), options)
 
 
@@ -56,11 +56,12 @@ def test_mpi_equals_reference_on_1_to_4_ranks(dataset, tmp_path, spec):
         assert (np.diff(objective) <= 1e-12 * objective[0]).all()
 
 
-def test_one_agent_per_rank_local_init(tmp_path):
+@pytest.mark.parametrize("init", ["local", "flood"])
+def test_one_agent_per_rank_local_and_flood_init(tmp_path, init):
     path = tmp_path / "four.h5"
     points, offsets = uneven_dataset(path, n_agents=6, seed=3)
-    got = run(path, tmp_path / "out.h5", 6, "ring", ["--init", "local"])
-    expected = reference_for(points, offsets, "ring", n_agents=6, init="local")
+    got = run(path, tmp_path / "out.h5", 6, "ring", ["--init", init])
+    expected = reference_for(points, offsets, "ring", n_agents=6, init=init)
     np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
     np.testing.assert_array_equal(got["assignments"], expected.assignments)
 
@@ -80,7 +81,7 @@ def test_early_stop_matches_reference_and_writes_every_parameter(dataset, tmp_pa
     np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
     attrs = got["attrs"]
     for key, value in {"n_clusters": 4, "rho": 2.0, "alpha": 1.0, "max_iter": 1000, "tol": 1e-9,
-                       "init": "flood", "seed": SEED, "monitor_every": 5, "graph": "torus",
+                       "init": "network", "n_init": 10, "seed": SEED, "monitor_every": 5, "graph": "torus",
                        "n_agents": 12, "n_ranks": 3, "format": "nkmpi-result", "version": 1}.items():
         assert attrs[key] == value, key
     assert "nkmpi_version" in attrs

@@ -132,4 +132,4 @@ def test_larger_rho_tightens_agreement_and_reaches_lloyd():
 def test_no_agent_can_seed_is_an_input_error():
     points = np.zeros((6, 2))
     with pytest.raises(InputError, match="distinct points"):
-        simulate(points, [0, 3, 6], build_network("ring", 2), Options(n_clusters=2))
+        simulate(points, [0, 3, 6], build_network("ring", 2), Options(n_clusters=2, init="flood"))

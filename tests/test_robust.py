@@ -2,6 +2,7 @@
 simulated link failures and dropouts match the reference and stay close to the failure-free run."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def test_periodic_checkpoints_resume_and_mismatch(dataset, tmp_path):
     assert read_result(tmp_path / "b.h5")["attrs"]["resumed_at_iteration"] == 50
     same_run(read_result(tmp_path / "a.h5"), read_result(tmp_path / "b.h5"))
     proc = run_mpi(2, args + ["--rho", 3, "--out", tmp_path / "c.h5", "--resume", tmp_path / "ck.h5"])
-    assert proc.returncode == 2 and "rho 10.0 -> 3.0" in proc.stderr
+    assert proc.returncode == 2 and re.search(r"rho [0-9.]+ -> 3\.0", proc.stderr)
     proc = run_mpi(2, args + ["--out", tmp_path / "c.h5", "--checkpoint", tmp_path / "no" / "ck.h5"])
     assert proc.returncode == 2 and "does not exist" in proc.stderr and not (tmp_path / "c.h5").exists()
 

@@ -54,7 +54,7 @@ for settings in (dict(inner=3, rho_schedule=(0.5, 2.0), init="local", tol=1e-6),
                     **settings).fit(rows, agent_offsets=local_offsets, graph=graph, agents=mine)
     centers = comm.gather((mine, model.cluster_centers_), root=0)
     if rank == 0:
-        init = settings.pop("init", "flood")
+        init = settings.pop("init", "network")
         options = Options(n_clusters=3, rho=4.0, alpha=0.8, max_iter=300, init=init, seed=5,
                           monitor_every=1, **settings)
         expected = simulate(points, offsets, Network.from_edges(n_agents, list(graph.edges())), options)
