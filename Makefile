@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 MPI    ?= mpich
 DEMO    = demo
 
-.PHONY: install test test-slurm demo bench scaling experiments clean
+.PHONY: install test test-slurm demo bench scaling experiments quality clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -43,5 +43,8 @@ scaling:
 experiments:
 	$(BIN)/python jobs/experiments.py --out-dir experiments
 
+quality:
+	$(BIN)/python jobs/quality.py --out-dir quality
+
 clean:
-	rm -rf $(DEMO) scaling experiments .pytest_cache build *.egg-info
+	rm -rf $(DEMO) scaling experiments quality .pytest_cache build *.egg-info

@@ -5,9 +5,9 @@
     python jobs/experiments.py --report-only --out-dir experiments   # re-render REPORT.md
 
 Every run is `mpiexec -n RANKS nkmpi run` (or srun), read back from its result
-file; nothing is simulated in-process.  The runs start from `--init flood` (one
-agent's k-means++, as in the paper), so that the iteration itself has work to
-do; how close the default start and options come to the pooled optimum is
+file; nothing is simulated in-process.  The runs are the paper's algorithm
+unless they say otherwise (`--init flood`: one agent's k-means++; `--inner 1`),
+so that the iteration itself has work to do; how close the default start and options come to the pooled optimum is
 `make quality`'s subject (jobs/quality.py).  Each experiment writes a CSV and a PNG
 into OUT_DIR, and REPORT.md is generated from the CSVs.
 
@@ -57,8 +57,15 @@ VARIANTS = {
 }
 
 
-#: The start of every run: the paper's, one agent's k-means++ spread over the graph.
-START = ["--init", "flood"]
+#: The paper's algorithm, for every run that does not say otherwise: one agent's k-means++
+#: spread over the graph, one center update per pass.
+PAPER = {"--init": "flood", "--inner": "1"}
+
+
+def paper_defaults(args):
+    """PAPER's options that `args` does not set itself."""
+    return [item for option, value in PAPER.items() if option not in map(str, args)
+            for item in (option, value)]
 
 
 class Runner:
@@ -80,7 +87,7 @@ class Runner:
                 command = [str(BIN / "mpiexec"), "-n", str(self.n_ranks)]
             env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
             subprocess.run(command + [str(BIN / "nkmpi"), "run", str(data), "--quiet", "--out", str(out)]
-                           + START + [str(a) for a in args], check=True, env=env)
+                           + paper_defaults(args) + [str(a) for a in args], check=True, env=env)
         return read_result(out)
 
     def dataset(self, name, command):

@@ -123,7 +123,10 @@ def write_report(folder, tables, trace, n_ranks):
              f"{datetime.date.today().isoformat()}, {n_ranks} MPI ranks, {platform.machine()}. Every number "
              "comes from `nkmpi run` result files; the cost of a set of centers is the centralized K-means "
              "cost J over the pooled data, divided by that of exact Lloyd (`--algorithm lloyd`) from the "
-             "same start.\n"]
+             "same start. Every run starts from `--init flood` (one agent's k-means++, as in the paper), "
+             "which on non-IID data is itself far from the pooled optimum: `make quality` "
+             "(jobs/quality.py) scores the default start and options against scikit-learn's KMeans on "
+             "the pooled data instead.\n"]
     rho = tables.get("rho")
     if rho:
         parts.append("## 1. rho sweep (Theorems 6-7)\n\nBlobs (8000 points, p = 4, K = 5) over 16 agents "

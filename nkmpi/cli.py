@@ -24,7 +24,7 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
 from .monitor import LOOP_PHASES
-from .options import ALGORITHMS, COUPLING, SETTLED_FRACTION, Options
+from .options import ALGORITHMS, COUPLING, INNER, SETTLED_FRACTION, Options
 
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
@@ -76,9 +76,9 @@ def _add_run_options(parser):
     parser.add_argument("--algorithm", default="nkmeans", choices=ALGORITHMS,
                         help="nkmeans (default), or lloyd: exact centralized Lloyd over the pooled "
                              "data with one global reduction per iteration, the baseline to compare with")
-    parser.add_argument("--inner", type=int, default=1, metavar="Q",
+    parser.add_argument("--inner", type=int, default=None, metavar="Q",
                         help="center updates per pass over the data, each one neighbour exchange; "
-                             "same fixed points, fewer passes (default 1)")
+                             f"same fixed points, fewer passes (default {INNER}; Lloyd: 1)")
     parser.add_argument("--rho-schedule", default=None, metavar="START[:FACTOR[:SETTLED]]",
                         help="start at rho=START and multiply rho by FACTOR (default 10) each time "
                              "the partition settles (at most a fraction SETTLED, default 0.001, of the "

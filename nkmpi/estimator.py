@@ -24,7 +24,7 @@ class NKMeans:
     ----------
     n_clusters : int, K.
     rho : float, relaxation parameter (> 0); default: `coupling` x mean points per agent.
-    coupling : float, rho relative to the mean points per agent (default 2; give
+    coupling : float, rho relative to the mean points per agent (default 5; give
         rho or coupling, not both).
     alpha : float, step size in (0, 1].
     max_iter : int, at most this many iterations.
@@ -36,7 +36,8 @@ class NKMeans:
     monitor_every : int, gather metrics and test convergence every this many
         iterations (0: only at the end, no early stop).
     algorithm : 'nkmeans', or 'lloyd' (exact centralized Lloyd, the baseline).
-    inner : center updates per pass over the data (same fixed points, fewer passes).
+    inner : center updates per pass over the data (same fixed points, fewer passes;
+        default 5 for NK-means, 1 for Lloyd).
     rho_schedule : None or (start, factor[, settled]): raise rho from `start` by
         `factor` each time the partition settles, up to `rho` (see Options).
     n_threads : compute threads of this rank (default 1: one per rank under MPI).
@@ -55,7 +56,7 @@ class NKMeans:
 
     def __init__(self, n_clusters=8, *, rho=None, coupling=None, alpha=0.5, max_iter=1000, tol=1e-6,
                  init="network", n_init=10, random_state=0, monitor_every=10, algorithm="nkmeans",
-                 inner=1, rho_schedule=None, n_threads=1, comm=None):
+                 inner=None, rho_schedule=None, n_threads=1, comm=None):
         self.n_clusters = n_clusters
         self.rho = rho
         self.coupling = coupling

@@ -12,7 +12,9 @@ ALGORITHMS = ("nkmeans", "lloyd")
 #: Default fraction of points that may still change cluster when a rho stretch counts as settled.
 SETTLED_FRACTION = 1e-3
 #: Default coupling: rho = COUPLING x the mean number of points per agent (see Options).
-COUPLING = 2.0
+COUPLING = 5.0
+#: Default center updates per pass of NK-means (Lloyd makes one).
+INNER = 5
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Options:
     algorithm : 'nkmeans', or 'lloyd': exact centralized Lloyd over the pooled data
         (every agent holds the same centers; a baseline, with one global reduction
         per iteration).
-    inner : center updates per pass over the data (q).  The partition stays fixed
+    inner : center updates per pass over the data (q; default INNER for NK-means,
+        1 for Lloyd).  The partition stays fixed
         during them, so the objective still never increases and the fixed points
         are unchanged; each update is one neighbour exchange.
     rho_schedule : None, or (start, factor[, settled]): run at rho = start, and each
@@ -68,7 +71,7 @@ class Options:
     link_failure_prob: float = 0.0
     dropout_prob: float = 0.0
     algorithm: str = "nkmeans"
-    inner: int = 1
+    inner: object = None
     rho_schedule: object = None
 
     def __post_init__(self):
@@ -100,6 +103,8 @@ class Options:
                  f"{name.replace('_', '-')} must be in [0, 1), got {value!r}")
         need(self.algorithm in ALGORITHMS,
              f"unknown algorithm {self.algorithm!r}: use {' or '.join(ALGORITHMS)}")
+        if self.inner is None:
+            object.__setattr__(self, "inner", 1 if self.algorithm == "lloyd" else INNER)
         need(isinstance(self.inner, Integral) and self.inner >= 1,
              f"inner updates per pass must be a positive integer, got {self.inner!r}")
         if self.rho_schedule is not None:
