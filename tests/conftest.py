@@ -50,6 +50,17 @@ def run_script(n_ranks, script, *args, timeout=MPI_TIMEOUT):
         pytest.fail(f"MPI script did not finish within {timeout} s (hang?): {exc.stderr}")
 
 
+def run_job(script, *args, timeout=280):
+    """`python jobs/SCRIPT ARGS` (it launches mpiexec itself); fails on a hang or an error."""
+    try:
+        proc = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True,
+                              text=True, timeout=timeout, env=mpi_env())
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{script} {' '.join(map(str, args))} did not finish in time: {exc.stderr}")
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def blobs(rng, n_clusters=3, n_features=2, per_cluster=20, spread=0.5, separation=6.0):
     centers = rng.uniform(-separation, separation, size=(n_clusters, n_features))
     labels = np.repeat(np.arange(n_clusters), per_cluster)

@@ -2,13 +2,11 @@
 numbers show what the paper and the design predict."""
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import mpi_env
+from conftest import run_job
 
 SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "experiments.py"
 
@@ -16,12 +14,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "experiments.py"
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("experiments")
-    try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out-dir", str(folder)],
-                              capture_output=True, text=True, timeout=280, env=mpi_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"experiments --quick did not finish in time: {exc.stderr}")
-    assert proc.returncode == 0, proc.stderr
+    run_job(SCRIPT, "--quick", "--out-dir", folder)
     return folder
 
 

@@ -3,15 +3,13 @@
 import csv
 import importlib.util
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from conftest import mpi_env
+from conftest import run_job
 
 SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "quality.py"
 
@@ -26,12 +24,7 @@ def load_script():
 @pytest.fixture(scope="module")
 def quick_rows(tmp_path_factory):
     folder = tmp_path_factory.mktemp("quality")
-    try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out-dir", str(folder)],
-                              capture_output=True, text=True, timeout=280, env=mpi_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"quality --quick did not finish in time: {exc.stderr}")
-    assert proc.returncode == 0, proc.stderr
+    run_job(SCRIPT, "--quick", "--out-dir", folder)
     with open(folder / "quality.csv", newline="") as f:
         return list(csv.DictReader(f))
 
