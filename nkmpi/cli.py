@@ -24,7 +24,8 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
 from .monitor import LOOP_PHASES
-from .options import ALGORITHMS, COUPLING, INNER, SETTLED_FRACTION, Options
+from .options import ALGORITHMS, COUPLING, INNER, N_INIT, SETTLED_FRACTION, Options
+from .seeding import MIN_GROUP
 
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
@@ -58,12 +59,13 @@ def _add_run_options(parser):
                              "in data units, at a monitoring point (default 1e-6)")
     parser.add_argument("--init", default="network", metavar="network|flood|local|file:PATH",
                         help="network: k-means++ on summaries merged over the whole network (default; "
-                             "only means of groups of at least 5 points leave an agent); flood: one "
-                             "agent's k-means++ spread over the graph; local: every agent seeds itself; "
+                             f"only means of groups of at least {MIN_GROUP} points leave an agent); "
+                             "flood: one agent's k-means++ spread over the graph; local: every agent "
+                             "seeds itself; "
                              "file:PATH: (K, p) centers from .npy or HDF5 'centers'")
-    parser.add_argument("--n-init", type=int, default=10, metavar="R",
+    parser.add_argument("--n-init", type=int, default=N_INIT, metavar="R",
                         help="with --init network: R seedings of the merged summary, the one of lowest "
-                             "summary cost kept (nearly free; default 10)")
+                             f"summary cost kept (nearly free; default {N_INIT})")
     parser.add_argument("--seed", type=int, default=0, help="seed of k-means++ and random graphs (default 0)")
     parser.add_argument("--monitor-every", type=int, default=10, metavar="N",
                         help="gather metrics, print progress and test convergence every N iterations; "

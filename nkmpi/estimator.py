@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import InputError, agree
 from .graph import Network, build_network, require_connected_graph
-from .options import Options
+from .options import N_INIT, Options
 
 
 class NKMeans:
@@ -55,7 +55,7 @@ class NKMeans:
     """
 
     def __init__(self, n_clusters=8, *, rho=None, coupling=None, alpha=0.5, max_iter=1000, tol=1e-6,
-                 init="network", n_init=10, random_state=0, monitor_every=10, algorithm="nkmeans",
+                 init="network", n_init=N_INIT, random_state=0, monitor_every=10, algorithm="nkmeans",
                  inner=None, rho_schedule=None, n_threads=1, comm=None):
         self.n_clusters = n_clusters
         self.rho = rho

@@ -15,6 +15,8 @@ SETTLED_FRACTION = 1e-3
 COUPLING = 5.0
 #: Default center updates per pass of NK-means (Lloyd makes one).
 INNER = 5
+#: Default seedings of the merged summary tried by the network-wide seeding.
+N_INIT = 10
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class Options:
     max_iter: int = 1000
     tol: float = 1e-6
     init: object = "network"
-    n_init: int = 10
+    n_init: int = N_INIT
     seed: int = 0
     monitor_every: int = 10
     link_failure_prob: float = 0.0
