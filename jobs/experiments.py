@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nkmpi.graph import build_network, graph_stats  # noqa: E402
 from nkmpi.io import open_dataset, read_all, read_result  # noqa: E402
 from nkmpi.reference import centralized_cost, lloyd_step  # noqa: E402
+from quality import optimum, write_csv  # noqa: E402
 
 BIN = Path(sys.executable).parent
 EXPERIMENTS = ("rho", "topology", "alpha", "data")
@@ -112,20 +113,26 @@ def digits(runner, partition, agents=16):
                            "--partition", partition, "--seed", 0])
 
 
-def quality(points, result, lloyd_cost):
-    """Agents' centralized cost over Lloyd's (median, max) and the Lloyd step of their average."""
-    costs = np.array([centralized_cost(points, c) for c in result["centers"]]) / lloyd_cost
+def quality(points, result, best):
+    """Agents' centralized cost over exact Lloyd's from the same start and over the pooled
+    optimum (median, max; `best` from lloyd_baseline), and the Lloyd step of their average."""
+    costs = np.array([centralized_cost(points, c) for c in result["centers"]])
     average = result["centers"].mean(axis=0)
     moved, _, _ = lloyd_step(points, average)
     step = float(np.sqrt(((moved - average) ** 2).sum(axis=1)).max())
-    return {"cost_ratio_median": float(np.median(costs)), "cost_ratio_max": float(costs.max()),
+    lloyd, pooled = costs / best["lloyd"], costs / best["optimum"]
+    return {"cost_ratio_median": float(np.median(lloyd)), "cost_ratio_max": float(lloyd.max()),
+            "optimum_ratio_median": float(np.median(pooled)), "optimum_ratio_max": float(pooled.max()),
             "lloyd_step": step}
 
 
 def lloyd_baseline(runner, name, data, k, points, seed=0):
+    """Exact Lloyd from the runs' start, and the two yardsticks of a cost: Lloyd's from that
+    start and the pooled optimum (scikit-learn's KMeans, best of 3 seeds)."""
     result = runner.run(f"{name}-lloyd", data, ["-k", k, "--algorithm", "lloyd", "--iters", 10000,
                                                 "--seed", seed])
-    return result, centralized_cost(points, result["centers"][0])
+    return result, {"lloyd": centralized_cost(points, result["centers"][0]),
+                    "optimum": optimum(points, k)}
 
 
 def outcome(result):
@@ -296,14 +303,6 @@ def experiment_data(runner, rho=1000, sources=SOURCES, traced=TRACED):
                       + (f"{passes_plain} to plain's ({row['pass_ratio_to_plain']:.1f}x)" if passes_plain
                          else "never reaches plain's"), flush=True)
     return rows, traces
-
-
-def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {path}")
 
 
 def read_csv(path):

@@ -21,6 +21,7 @@ median <= 1.02 and worst <= 1.05; on every real dataset median <= 1.05.
 """
 
 import argparse
+import csv
 import hashlib
 import math
 import os
@@ -35,9 +36,7 @@ from sklearn.cluster import KMeans
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "jobs"))
 
-from experiments import write_csv  # noqa: E402
 from nkmpi.io import read_all, read_result  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -240,6 +239,14 @@ def check_targets(rows, datasets, failures):
         passed &= ok
         print(f"{'PASS' if ok else 'FAIL'} {dataset.name}: median {row['median']:.4f}, worst {row['worst']:.4f}")
     return passed
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path}")
 
 
 def main(argv=None):
