@@ -2,19 +2,16 @@
 
 __version__ = "0.1.0"
 
-from .errors import InputError  # noqa: E402
-from .options import Options  # noqa: E402
+#: Public names and the module each lives in, loaded on first use: `nkmpi run`
+#: must reach its signal handlers (nkmpi.stop) before numpy or MPI load, and
+#: serial tools never initialize MPI (the estimator imports mpi4py).
+_LAZY = {"InputError": "errors", "Options": "options", "NKMeans": "estimator", "simulate": "reference"}
 
 
 def __getattr__(name):
-    # The estimator imports mpi4py; load it only when asked so that serial
-    # tools (and the MPI-free modules) never initialize MPI.
-    if name == "NKMeans":
-        from .estimator import NKMeans
-        return NKMeans
-    if name == "simulate":
-        from .reference import simulate
-        return simulate
+    if name in _LAZY:
+        from importlib import import_module
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'nkmpi' has no attribute {name!r}")
 
 

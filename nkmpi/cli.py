@@ -10,7 +10,7 @@ the whole job, so no rank is left waiting in a collective.
 import argparse
 import contextlib
 import os
-import signal
+import pickle
 import sys
 import time
 import traceback
@@ -18,11 +18,12 @@ from io import StringIO
 
 import numpy as np
 
-from . import __version__
+from . import __version__, stop
 from .errors import InputError, agree
 from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, graph_stats,
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
+from .io import FINGERPRINTS
 from .monitor import LOOP_PHASES
 from .options import ALGORITHMS, COUPLING, INNER, N_INIT, SETTLED_FRACTION, Options
 from .seeding import MIN_GROUP
@@ -117,23 +118,35 @@ def make_parser():
     return parser
 
 
+def init_file(spec):
+    """The file named by --init file:PATH, else None."""
+    return spec[len("file:"):] if spec.startswith("file:") else None
+
+
 def read_init(spec):
     """The --init value as Options expects it: a method name or a (K, p) array."""
-    if not spec.startswith("file:"):
+    path = init_file(spec)
+    if path is None:
         return spec
-    path = spec[len("file:"):]
     if not os.path.isfile(path):
         raise InputError(f"--init {spec}: no such file")
     try:
         if path.endswith(".npy"):
-            return np.load(path)
-        import h5py
-        with h5py.File(path, "r") as f:
-            if "centers" not in f:
-                raise InputError(f"--init {spec}: the HDF5 file has no 'centers' dataset")
-            return f["centers"][()]
-    except (OSError, ValueError) as exc:
+            centers = np.load(path)
+        else:
+            import h5py
+            with h5py.File(path, "r") as f:
+                if not isinstance(f.get("centers"), h5py.Dataset):
+                    raise InputError(f"--init {spec}: the HDF5 file has no 'centers' dataset")
+                centers = f["centers"][()]
+    except InputError:
+        raise
+    except (OSError, ValueError, TypeError, EOFError, pickle.UnpicklingError) as exc:
         raise InputError(f"--init {spec}: cannot read: {exc}") from None
+    if not isinstance(centers, np.ndarray) or centers.dtype.kind not in "iuf":
+        raise InputError(f"--init {spec}: expected a numeric (K, p) array, found "
+                         f"{getattr(centers, 'dtype', type(centers).__name__)}")
+    return centers
 
 
 def read_rho_schedule(spec):
@@ -169,14 +182,35 @@ def sibling(path, suffix):
     return os.path.splitext(path)[0] + suffix
 
 
-def run_attrs(args, options, info, n_ranks, result, seconds):
-    """Every parameter of the run, as stored in the result file's root attributes."""
+def output_paths(args):
+    """The result and checkpoint paths of a run (checkpoint None for `simulate`),
+    refused when one would replace an input or the other output.
+
+    A checkpoint may replace the one it resumes from: that is how a requeued
+    job goes on, and every rank has read its share before the first is written.
+    """
+    from . import io
+    out = args.out or sibling(args.data, ".result.h5")
+    inputs = {"the dataset": args.data, "the --init file": init_file(args.init)}
+    io.refuse_overwriting("--out", out, {**inputs, "the --resume checkpoint": getattr(args, "resume", None)})
+    if not hasattr(args, "checkpoint"):
+        return out, None
+    checkpoint = args.checkpoint or sibling(out, ".checkpoint.h5")
+    io.refuse_overwriting("--checkpoint", checkpoint, {**inputs, "the result (--out)": out})
+    return out, checkpoint
+
+
+def static_attrs(args, options, info, n_ranks):
+    """The run's parameters as stored in its result and checkpoints (known before it runs)."""
     attrs = options.as_attrs()
     attrs.update(data=os.path.abspath(args.data), graph=default_spec(args.graph, info.edges),
                  n_ranks=n_ranks, n_agents=info.n_agents, n_points=info.n_points,
-                 n_features=info.n_features, iterations=result.iterations,
-                 converged=result.converged, seconds=seconds)
+                 n_features=info.n_features)
     return attrs
+
+
+def outcome_attrs(result, seconds):
+    return {"iterations": result.iterations, "converged": result.converged, "seconds": seconds}
 
 
 def command_run(args, comm, stop_requested=None):
@@ -192,73 +226,90 @@ def command_run(args, comm, stop_requested=None):
 
 def run_rank(args, comm, options, entered, stop_requested):
     """The body of `nkmpi run` on one rank, with thread pools set."""
+    from mpi4py import MPI
+
     from . import driver, io, kernels
     rank, size = comm.Get_rank(), comm.Get_size()
-    out = args.out or sibling(args.data, ".result.h5")
-    checkpoint_path = args.checkpoint or sibling(out, ".checkpoint.h5")
+    out, checkpoint_path = agree(comm, output_paths, args)
+    run_id = comm.bcast(io.new_run_id() if rank == 0 else None, root=0)
     info = agree(comm, io.open_dataset, args.data)
     options = agree(comm, options.resolve, info.n_points, info.n_agents)
     agree(comm, options.check_features, info.n_features)
-    for path in (out, checkpoint_path):
-        agree(comm, io.check_output if rank == 0 else (lambda path: None), path)
     network = agree(comm, build_network, args.graph, info.n_agents, options.seed, info.edges)
+    attrs = static_attrs(args, options, info, size)
+    for path in (out, checkpoint_path):
+        agree(comm, io.check_output if rank == 0 else (lambda *_: None), path, run_id, attrs)
     bounds = agree(comm, block_placement, info.points_per_agent, size)
     first, stop = int(bounds[rank]), int(bounds[rank + 1])
     row_start, row_stop = int(info.offsets[first]), int(info.offsets[stop])
+    agents = np.arange(first, stop)
     resume = None
     if args.resume:
         resume = agree(comm, io.read_checkpoint, args.resume, first, stop, row_start, row_stop)
-        agree(comm, check_resumable, args.resume, resume["attrs"], options, info,
-              default_spec(args.graph, info.edges))
+        agree(comm, check_resumable, args.resume, resume, options, attrs)
     kernels.warm_up(info.dtype)
     memory_before_load = resident_bytes()
     points = agree(comm, io.read_rows, info, first, stop)
+    offsets = info.offsets[first:stop + 1] - info.offsets[first]
+    attrs.update(io.combine_fingerprints(
+        comm.allgather(io.block_fingerprint(points, offsets, agents)), info.offsets, network))
+    if resume:
+        agree(comm, check_same_data, args.resume, resume["attrs"], attrs)
     samples = comm.allgather(distinct_rows(points, options.n_clusters))
     agree(comm, check_enough_distinct, samples, options.n_clusters)
-    offsets = info.offsets[first:stop + 1] - info.offsets[first]
     stream = None if args.quiet or rank != 0 else sys.stdout
-    talk = rank == 0 and not args.quiet
 
-    def say(text):
-        if talk:
+    def say(text, always=False):
+        if rank == 0 and (always or not args.quiet):
             print(text, flush=True)
 
     say(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
         f"K={options.n_clusters}, {method_text(options)}, "
         f"graph {default_spec(args.graph, info.edges)} ({len(network.edges)} edges), {size} rank(s)"
         + (f", resuming at iteration {resume['attrs']['iteration']}" if resume else ""))
+    first_iteration = int(resume["attrs"]["iteration"]) if resume else 0
+
+    def stopped_before_start():
+        """A stop requested during start-up: nothing to save, the next attempt redoes it."""
+        kept = f"; --resume {args.resume} still holds" if resume else "; the next attempt starts afresh"
+        say(f"nkmpi: stopped by a signal before the first iteration: no checkpoint was needed{kept}",
+            always=True)
+        return EXIT_CHECKPOINTED
+
+    if comm.allreduce(stop_requested(), op=MPI.LOR):     # before the seeding's work
+        return stopped_before_start()
 
     def write_checkpoint(snapshot):
-        attrs = run_attrs(args, options, info, size, snapshot, time.perf_counter() - started)
-        attrs.update(iteration=snapshot.iterations, rho_stage=snapshot.rho_stage)
-        io.write_checkpoint(checkpoint_path, comm, n_agents=info.n_agents, n_points=info.n_points,
-                            agent_start=first, centers=snapshot.centers,
+        state = dict(attrs, **outcome_attrs(snapshot, time.perf_counter() - started),
+                     iteration=snapshot.iterations, rho_stage=snapshot.rho_stage)
+        io.write_checkpoint(checkpoint_path, comm, run_id=run_id, n_agents=info.n_agents,
+                            n_points=info.n_points, agent_start=first, centers=snapshot.centers,
                             initial_centers=snapshot.initial_centers, row_start=row_start,
-                            labels=snapshot.labels, metrics=snapshot.metrics, attrs=attrs)
+                            labels=snapshot.labels, metrics=snapshot.metrics, attrs=state)
         say(f"nkmpi: checkpoint after iteration {snapshot.iterations} written to {checkpoint_path}")
 
     started = time.perf_counter()
-    result = driver.run(comm, points, offsets, np.arange(first, stop), network,
-                        owners_from_bounds(bounds), options, stream, resume=resume,
-                        checkpoint=write_checkpoint, checkpoint_every=args.checkpoint_every,
-                        stop_requested=stop_requested)
+    result = driver.run(comm, points, offsets, agents, network, owners_from_bounds(bounds), options,
+                        stream, resume=resume, checkpoint=write_checkpoint,
+                        checkpoint_every=args.checkpoint_every, stop_requested=stop_requested)
     if result.interrupted:
+        if result.iterations == first_iteration:
+            return stopped_before_start()
         write_checkpoint(result)
-        say(f"nkmpi: stopped by a signal; resume with --resume {checkpoint_path}")
+        say(f"nkmpi: stopped by a signal; resume with --resume {checkpoint_path}", always=True)
         return EXIT_CHECKPOINTED
     seconds = time.perf_counter() - started
-    attrs = run_attrs(args, options, info, size, result, seconds)
+    attrs.update(outcome_attrs(result, seconds))
     attrs.update(rank_statistics(comm, result, points.nbytes, memory_before_load))
     attrs.update(seconds_setup=started - entered + result.seconds["initialization"],
                  seconds_loop=result.seconds["loop"])
     if resume:
-        attrs.update(resumed_from=os.path.abspath(args.resume),
-                     resumed_at_iteration=int(resume["attrs"]["iteration"]))
-    io.write_result(out, comm, n_agents=info.n_agents, n_points=info.n_points, agent_start=first,
-                    centers=result.centers, initial_centers=result.initial_centers,
-                    row_start=row_start, assignments=result.labels,
-                    metrics=result.metrics, attrs=attrs)
-    if talk:
+        attrs.update(resumed_from=os.path.abspath(args.resume), resumed_at_iteration=first_iteration)
+    io.write_result(out, comm, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
+                    agent_start=first, centers=result.centers, initial_centers=result.initial_centers,
+                    row_start=row_start, assignments=result.labels, metrics=result.metrics,
+                    attrs=attrs)
+    if rank == 0 and not args.quiet:
         say(final_line(result.metrics, result.iterations, result.converged, seconds, out))
         say(resource_line(attrs, result.iterations))
     return 0
@@ -270,19 +321,32 @@ RESUME_KEYS = ("algorithm", "n_clusters", "rho", "alpha", "tol", "seed", "monito
                "n_points", "n_features")
 
 
-def check_resumable(path, saved, options, info, graph_spec):
-    current = options.as_attrs()
-    current.update(graph=graph_spec, n_agents=info.n_agents, n_points=info.n_points,
-                   n_features=info.n_features)
-    plain = {key: value.item() if isinstance(value, np.generic) else value for key, value in saved.items()}
-    differ = [f"{key} {plain.get(key)!r} -> {current[key]!r}" for key in RESUME_KEYS
-              if plain.get(key) != current[key]]
+def check_resumable(path, checkpoint, options, attrs):
+    """Refuse a checkpoint made with other settings, or one with nothing left to do."""
+    saved = checkpoint["attrs"]
+    differ = [f"{key} {saved.get(key)!r} -> {attrs[key]!r}" for key in RESUME_KEYS
+              if saved.get(key) != attrs[key]]
     if differ:
         raise InputError(f"--resume {path}: the checkpoint was made with other settings or data: "
                          + "; ".join(differ))
-    if saved["iteration"] >= options.max_iter:
-        raise InputError(f"--resume {path}: the checkpoint is at iteration {saved['iteration']}, "
+    shape = checkpoint["centers"].shape[1:]
+    if len(checkpoint["centers"]) and shape != (options.n_clusters, attrs["n_features"]):
+        raise InputError(f"--resume {path}: its centers have shape {shape}, the run needs "
+                         f"{(options.n_clusters, attrs['n_features'])}")
+    iteration = saved.get("iteration")
+    if not isinstance(iteration, int) or iteration < 1 or not isinstance(saved.get("rho_stage"), int):
+        raise InputError(f"--resume {path}: the checkpoint holds no valid iteration count")
+    if iteration >= options.max_iter:
+        raise InputError(f"--resume {path}: the checkpoint is at iteration {iteration}, "
                          f"nothing left to do with --iters {options.max_iter}")
+
+
+def check_same_data(path, saved, attrs):
+    """Refuse a checkpoint of other points, offsets or edges, even of the same shapes."""
+    differ = [what for key, what in FINGERPRINTS.items() if saved.get(key) != attrs[key]]
+    if differ:
+        raise InputError(f"--resume {path}: the checkpoint was made for other data: "
+                         + ", ".join(differ) + " differ")
 
 
 def resident_bytes():
@@ -349,22 +413,26 @@ def final_line(metrics, iterations, converged, seconds, out):
 def command_simulate(args):
     from . import io
     from .reference import simulate
-    out = args.out or sibling(args.data, ".result.h5")
+    out, _ = output_paths(args)
+    run_id = io.new_run_id()
     options = options_from(args)
     info, points = io.read_all(args.data)
     options = options.resolve(info.n_points, info.n_agents)
     options.check_features(info.n_features)
     check_enough_distinct([distinct_rows(points, options.n_clusters)], options.n_clusters)
-    io.check_output(out)
     network = build_network(args.graph, info.n_agents, options.seed, info.edges)
+    attrs = static_attrs(args, options, info, 1)
+    io.check_output(out, run_id, attrs)
+    attrs.update(io.combine_fingerprints([io.block_fingerprint(points, info.offsets,
+                                                               range(info.n_agents))],
+                                         info.offsets, network))
     started = time.perf_counter()
     result = simulate(points, info.offsets, network, options, stream=None if args.quiet else sys.stdout)
     seconds = time.perf_counter() - started
-    attrs = run_attrs(args, options, info, 1, result, seconds)
-    attrs["simulated"] = True
-    io.write_result(out, None, n_agents=info.n_agents, n_points=info.n_points, agent_start=0,
-                    centers=result.centers, initial_centers=result.initial_centers, row_start=0,
-                    assignments=result.assignments, metrics=result.metrics, attrs=attrs)
+    attrs.update(outcome_attrs(result, seconds), simulated=True)
+    io.write_result(out, None, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
+                    agent_start=0, centers=result.centers, initial_centers=result.initial_centers,
+                    row_start=0, assignments=result.assignments, metrics=result.metrics, attrs=attrs)
     if not args.quiet:
         print(final_line(result.metrics, result.iterations, result.converged, seconds, out))
     return 0
@@ -427,16 +495,14 @@ def main(argv=None):
 
 def main_mpi(argv):
     """`nkmpi run`: every rank runs this; failures end every rank."""
-    signalled = []
-    for number in (signal.SIGTERM, signal.SIGUSR1):   # what SLURM sends before a time limit
-        signal.signal(number, lambda *_: signalled.append(True))
+    stop.catch_stop_signals()           # again, for callers that did not come through __main__
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
-        return command_run(args, comm, stop_requested=lambda: bool(signalled))
+        return command_run(args, comm, stop_requested=stop.requested)
     except InputError as exc:
         if exc.collective or comm.Get_size() == 1:
             if rank == 0:

@@ -199,8 +199,9 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     resume : this rank's share of a checkpoint (io.read_checkpoint) to continue from.
     checkpoint : called as checkpoint(BlockResult) on every rank after each
         `checkpoint_every`-th iteration (not the last), to write it.
-    stop_requested : polled every iteration (a signal arrived): the ranks then
-        agree on an iteration after which they all stop, interrupted.
+    stop_requested : polled before the first iteration and every iteration after (a
+        signal arrived): the ranks then agree on an iteration after which they all
+        stop, interrupted (before the first: with `iterations` where they began).
     """
     if options.rho is None:
         options = options.resolve(comm.allreduce(len(points)), len(owner))
@@ -242,6 +243,11 @@ class _Loop:
         for phase, seconds in spent.items():
             self.seconds[phase] += seconds
 
+    def stopped_during_setup(self):
+        """Whether a stop was requested on any rank during set-up (the seeding can take
+        a while): then the run ends before its first iteration, with nothing to save."""
+        return bool(self.comm.allreduce(bool(self.stop_requested()), op=MPI.LOR))
+
     def checkpoint_due(self, iteration):
         return (self.checkpoint is not None and self.checkpoint_every
                 and iteration % self.checkpoint_every == 0 and iteration < self.options.max_iter)
@@ -273,6 +279,9 @@ class _Loop:
                                                     self.agents, self.seconds)
         loop_started = clock()
         seconds["initialization"] = loop_started - self.entered
+        if self.stopped_during_setup():
+            exchange.free()
+            return self.snapshot(exchange.centers, start_centers, self.done, 0, interrupted=True)
 
         iteration, interrupted = self.done, False
         for iteration in range(self.done + 1, options.max_iter + 1):
@@ -308,8 +317,8 @@ class _Loop:
             t3 = clock()
             stop = False
             if monitoring:
-                rested = self.monitor.record(iteration, sse.sum(), disagreement, changed,
-                                             kernels.largest_move(before, exchange.centers), rho,
+                rested = self.monitor.record(iteration, kernels.exact_partials(sse), disagreement,
+                                             changed, kernels.largest_move(before, exchange.centers), rho,
                                              options.stage_rest(self.stage, n_points))
                 stop = self.at_rest(rested)
             t4 = clock()
@@ -361,6 +370,8 @@ class _Loop:
 
         loop_started = clock()
         self.seconds["initialization"] = loop_started - self.entered
+        if self.stopped_during_setup():
+            return self.snapshot(block_centers(), start_centers, self.done, 0, interrupted=True)
         iteration, interrupted = self.done, False
         for iteration in range(self.done + 1, options.max_iter + 1):
             t0 = clock()

@@ -7,8 +7,11 @@ raise the same InputError together instead of some waiting forever.
 """
 
 
-class InputError(Exception):
+class InputError(ValueError):
     """Bad input or options: reported as `nkmpi: error: ...` with exit status 2.
+
+    A ValueError, as scikit-learn raises for bad parameters, so that callers
+    of the estimator catch what they expect.
 
     `collective` is True when every rank of the run raises it together (it
     came out of `agree`, or from a value all ranks share), so the ranks may

@@ -7,7 +7,10 @@ renames once every rank has written: no rank ever holds all N assignments, and
 the final name never shows a partial file.
 """
 
+import hashlib
 import os
+import secrets
+import socket
 from dataclasses import dataclass
 
 import h5py
@@ -15,6 +18,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
+from .monitor import METRICS
 
 DATASET_FORMAT, DATASET_VERSION = "nkmpi-dataset", 1
 RESULT_FORMAT, CHECKPOINT_FORMAT = "nkmpi-result", "nkmpi-checkpoint"
@@ -57,20 +61,19 @@ def open_dataset(path):
             _fail(path, "not an HDF5 file")
         with h5py.File(path, "r") as f:
             return _read_metadata(path, f)
-    except OSError as exc:
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as exc:    # a damaged file's surprises
         _fail(path, f"cannot read: {exc}")
 
 
 def _read_metadata(path, f):
-    fmt = f.attrs.get("format")
-    if isinstance(fmt, bytes):
-        fmt = fmt.decode()
+    fmt = plain(f.attrs.get("format"))
     if fmt != DATASET_FORMAT:
         _fail(path, f"format attribute is {fmt!r}, expected {DATASET_FORMAT!r}")
-    version = f.attrs.get("version")
+    version = plain(f.attrs.get("version"))
     if version != DATASET_VERSION:
-        shown = version.item() if isinstance(version, np.generic) else version
-        _fail(path, f"dataset version {shown!r} is not supported (expected {DATASET_VERSION})")
+        _fail(path, f"dataset version {version!r} is not supported (expected {DATASET_VERSION})")
     for name in ("points", "agent_offsets"):
         if not isinstance(f.get(name), h5py.Dataset):
             _fail(path, f"missing dataset {name!r}")
@@ -99,10 +102,13 @@ def _read_metadata(path, f):
         if not isinstance(labels, h5py.Dataset) or labels.shape != (n_points,) or labels.dtype.kind not in "iu":
             _fail(path, f"'labels' must be an integer array of shape ({n_points},)")
     edges = None
+    if "graph" in f and not isinstance(f["graph"], h5py.Group):
+        _fail(path, "'graph' must be a group (holding 'edges')")
     if "graph" in f and "edges" in f["graph"]:
         ds = f["graph/edges"]
-        if ds.ndim != 2 or ds.shape[1] != 2 or ds.dtype.kind not in "iu":
-            _fail(path, f"'graph/edges' must be an integer array of shape (E, 2), has {ds.shape} {ds.dtype}")
+        if not isinstance(ds, h5py.Dataset) or ds.ndim != 2 or ds.shape[1] != 2 or ds.dtype.kind not in "iu":
+            _fail(path, f"'graph/edges' must be an integer array of shape (E, 2), has "
+                        f"{getattr(ds, 'shape', 'a group')} {getattr(ds, 'dtype', '')}")
         edges = ds[()].astype(np.int64)
         n_agents = len(offsets) - 1
         outside = np.flatnonzero(((edges < 0) | (edges >= n_agents)).any(axis=1))
@@ -112,20 +118,76 @@ def _read_metadata(path, f):
     return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges)
 
 
+def coordinate_limit(dtype, n_features):
+    """The largest |coordinate| the kernels take in `dtype`: a squared distance
+    between two such points, summed over the features in the data's precision,
+    stays finite, and its sums in float64 over up to 10^12 rows (and rho times
+    the disagreement) do too.  Beyond it a run would end with an infinite
+    objective instead of an error."""
+    largest = min(np.finfo(dtype).max, np.finfo(np.float64).max * 1e-12)
+    return float(np.sqrt(largest / (8 * n_features)))
+
+
+def check_rows(rows, where, first_row=0, offsets=None):
+    """Fail on a row holding NaN, Inf or a coordinate beyond `coordinate_limit`,
+    naming the row (and its agent, given the offsets)."""
+    limit = coordinate_limit(rows.dtype, rows.shape[1])
+    bad = np.flatnonzero(~(np.abs(rows) <= limit).all(axis=1))
+    if bad.size:
+        row = first_row + int(bad[0])
+        agent = "" if offsets is None else \
+            f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
+        what = ("contains NaN or Inf" if not np.isfinite(rows[bad[0]]).all()
+                else f"has a coordinate beyond +-{limit:.3g}, where squared distances overflow: "
+                     "rescale the data")
+        raise InputError(f"{where}: points row {row}{agent} {what}")
+
+
 def read_rows(info, first_agent, stop_agent):
-    """The points of agents first_agent..stop_agent-1, checked for NaN and Inf."""
+    """The points of agents first_agent..stop_agent-1, checked (`check_rows`)."""
     start, stop = int(info.offsets[first_agent]), int(info.offsets[stop_agent])
     try:
         with h5py.File(info.path, "r") as f:
             rows = f["points"][start:stop]
     except OSError as exc:
         _fail(info.path, f"cannot read rows {start}..{stop}: {exc}")
-    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
-    if bad.size:
-        row = start + int(bad[0])
-        agent = int(np.searchsorted(info.offsets, row, side="right")) - 1
-        _fail(info.path, f"points row {row} (agent {agent}) contains NaN or Inf")
+    check_rows(rows, info.path, start, info.offsets)
     return rows
+
+
+#: The parts of a run's input that a checkpoint's fingerprint covers, as named to the user.
+FINGERPRINTS = {"fingerprint_points": "the points", "fingerprint_offsets": "the agents' rows (offsets)",
+                "fingerprint_graph": "the graph's edges"}
+
+
+def block_fingerprint(rows, offsets, agents):
+    """This block's share of the points' fingerprint: the sum, modulo 2**64, of a
+    64-bit BLAKE2b digest of each agent's rows keyed by the agent's id.
+
+    A sum does not care how the agents are split among ranks, so the shares of
+    any number of ranks add up to the same value (`combine_fingerprints`); the
+    key makes it care which agent holds which rows.
+    """
+    total = 0
+    for agent, start, stop in zip(agents, offsets[:-1], offsets[1:]):
+        digest = hashlib.blake2b(rows[start:stop], digest_size=8,
+                                 key=int(agent).to_bytes(8, "little"))
+        total += int.from_bytes(digest.digest(), "little")
+    return total % 2**64
+
+
+def combine_fingerprints(shares, offsets, network):
+    """The fingerprint attributes of a run: the points (the ranks' `block_fingerprint`
+    shares added), the agent offsets and the graph's edges, as hex strings."""
+    def digest(*arrays):
+        h = hashlib.blake2b(digest_size=8)
+        for array in arrays:
+            h.update(np.ascontiguousarray(array, dtype="<i8"))
+        return h.hexdigest()
+
+    return {"fingerprint_points": f"{sum(shares) % 2**64:016x}",
+            "fingerprint_offsets": digest(offsets),
+            "fingerprint_graph": digest(network.indptr, network.indices)}
 
 
 def read_labels(info, first_agent, stop_agent):
@@ -142,35 +204,89 @@ def read_all(path):
     return info, read_rows(info, 0, info.n_agents)
 
 
-def check_output(path):
-    """Fail early when the result cannot be written where asked."""
+def new_run_id():
+    """A name part no other run picks: host, process and random bits.
+
+    Rank 0 draws it and every rank uses it, so a run's temporary files are its
+    own and two runs given one output name never write into the same file.
+    """
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def partial_name(path, run_id):
+    """Where run `run_id` writes a result or checkpoint before renaming it to `path`."""
+    return f"{os.fspath(path)}.partial-{run_id}"
+
+
+def same_file(a, b):
+    """Whether two paths name one file: equal once links are resolved, or one inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:                 # one of them does not exist (yet)
+        return False
+
+
+def refuse_overwriting(option, path, inputs):
+    """Fail when output `path` names one of `inputs` ({what: path or None}), through
+    links included: no output ever replaces an input."""
+    for what, other in inputs.items():
+        if other is not None and same_file(path, other):
+            raise InputError(f"{option} {path} is {what} ({other}): refusing to overwrite it; "
+                             "choose another name")
+
+
+def check_output(path, run_id, attrs):
+    """Fail early when a file cannot be written at `path`: the folder must exist and
+    be writable, and the run's temporary name take an HDF5 file holding the
+    run's attributes, which a probe under that very name proves (long names,
+    read-only and full file systems, values HDF5 cannot store)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise InputError(f"output {path} is a directory")
     if not os.path.isdir(folder):
         raise InputError(f"output folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise InputError(f"output folder {folder} is not writable")
+    probe = partial_name(path, run_id)
+    try:
+        with h5py.File(probe, "w-") as f:
+            f.attrs.update(attrs)
+    except (OSError, ValueError, TypeError) as exc:
+        raise InputError(f"cannot write {probe}: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
 
 
-def partial_name(path):
-    """Where a result is written before it is renamed to its final name."""
-    return os.fspath(path) + ".partial"
-
-
-def write_state(path, comm, *, file_format, rows_name, rows_dtype, n_agents, n_points, agent_start,
-                centers, initial_centers, row_start, rows, metrics, attrs):
+def write_state(path, comm, run_id, **state):
     """Write a result or checkpoint atomically; collective over `comm` (None: serial).
 
-    Rank 0 lays the file out under a temporary name (every dataset sized,
-    attributes and metrics set), the ranks write their own slices in rank
-    order (a token passed rank to rank keeps one writer at a time, which a
+    Rank 0 lays the file out under the run's own temporary name (every dataset
+    sized, attributes and metrics set), the ranks write their own slices in
+    rank order (a token passed rank to rank keeps one writer at a time, which a
     serial HDF5 build requires), and rank 0 renames the file once all wrote.
+    A rank that fails removes the temporary file: nothing half-written stays.
     """
+    temporary = partial_name(path, run_id)
+    try:
+        _write_slices(temporary, comm, **state)
+    except BaseException:
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        raise
+    if comm is None or comm.Get_rank() == 0:
+        os.replace(temporary, path)
+    if comm is not None:
+        comm.Barrier()
+
+
+def _write_slices(temporary, comm, *, file_format, rows_name, rows_dtype, n_agents, n_points,
+                  agent_start, centers, initial_centers, row_start, rows, metrics, attrs):
     rank = 0 if comm is None else comm.Get_rank()
     size = 1 if comm is None else comm.Get_size()
-    temporary = partial_name(path)
     if rank == 0:
         _, n_clusters, n_features = centers.shape
         with h5py.File(temporary, "w") as f:
@@ -195,12 +311,8 @@ def write_state(path, comm, *, file_format, rows_name, rows_dtype, n_agents, n_p
         comm.send(True, dest=rank + 1, tag=7)
     elif size > 1:
         comm.send(True, dest=0, tag=8)
-    if rank == 0:
-        if size > 1:
-            comm.recv(source=size - 1, tag=8)
-        os.replace(temporary, path)
-    if comm is not None:
-        comm.Barrier()
+    if rank == 0 and size > 1:
+        comm.recv(source=size - 1, tag=8)
 
 
 def write_result(path, comm, *, assignments, **state):
@@ -216,6 +328,18 @@ def write_checkpoint(path, comm, *, labels, **state):
                 rows=labels, **state)
 
 
+def plain(value):
+    """An HDF5 attribute as a plain Python value (str, number, bool or list), so that
+    comparing it never fails whatever type a damaged or foreign file holds."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
     """One rank's share of a checkpoint: its agents' centers, their initial centers,
     its rows' labels, and (small, for every rank) the metrics and attributes."""
@@ -224,26 +348,50 @@ def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
         raise InputError(f"--resume {path}: no such file")
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != CHECKPOINT_FORMAT:
+            if plain(f.attrs.get("format")) != CHECKPOINT_FORMAT:
                 raise InputError(f"--resume {path}: not an nkmpi checkpoint")
-            return {"centers": f["centers"][first_agent:stop_agent],
-                    "initial_centers": f["initial_centers"][first_agent:stop_agent],
-                    "labels": f["labels"][row_start:row_stop],
-                    "metrics": {name: ds[()] for name, ds in f["metrics"].items()},
-                    "attrs": dict(f.attrs)}
-    except OSError as exc:
-        raise InputError(f"--resume {path}: cannot read: {exc}") from None
+            state = {"centers": f["centers"][first_agent:stop_agent],
+                     "initial_centers": f["initial_centers"][first_agent:stop_agent],
+                     "labels": f["labels"][row_start:row_stop],
+                     "metrics": {name: f["metrics"][name][()] for name in f["metrics"]},
+                     "attrs": {key: plain(value) for key, value in f.attrs.items()}}
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise InputError(f"--resume {path}: cannot read the checkpoint: {exc}") from None
+    n_agents, n_rows = stop_agent - first_agent, row_stop - row_start
+    if (state["centers"].ndim != 3 or len(state["centers"]) != n_agents
+            or state["initial_centers"].shape != state["centers"].shape
+            or state["labels"].shape != (n_rows,)):
+        raise InputError(f"--resume {path}: the checkpoint's arrays do not have the shapes its "
+                         "data needs (a damaged or foreign file)")
+    return state
 
 
 def read_result(path):
-    """A result v1 file as a dict: arrays, metrics dict and attributes."""
+    """A result v1 file as a dict: arrays, metrics dict and attributes, checked for
+    the shapes the format promises."""
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("format") != RESULT_FORMAT:
-            raise InputError(f"{path}: not an nkmpi result file")
-        out = {name: f[name][()] for name in ("centers", "initial_centers", "assignments")}
-        out["metrics"] = {name: ds[()] for name, ds in f["metrics"].items()}
-        out["attrs"] = dict(f.attrs)
+    try:
+        if not h5py.is_hdf5(path):
+            raise InputError(f"{path}: not an HDF5 file")
+        with h5py.File(path, "r") as f:
+            if plain(f.attrs.get("format")) != RESULT_FORMAT:
+                raise InputError(f"{path}: not an nkmpi result file")
+            out = {name: f[name][()] for name in ("centers", "initial_centers", "assignments")}
+            out["metrics"] = {name: f["metrics"][name][()] for name in f["metrics"]}
+            out["attrs"] = dict(f.attrs)
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise InputError(f"{path}: cannot read the result: {exc}") from None
+    centers, metrics = out["centers"], out["metrics"]
+    if (centers.ndim != 3 or out["initial_centers"].shape != centers.shape
+            or out["assignments"].ndim != 1
+            or any(np.ndim(metrics.get(name)) != 1 for name in METRICS)
+            or len({len(metrics[name]) for name in METRICS}) != 1 or not len(metrics["iteration"])):
+        raise InputError(f"{path}: the result's arrays do not have the shapes of result v1 "
+                         "(a damaged or foreign file)")
     return out

@@ -209,21 +209,68 @@ def pack_rows(source, index, control, out):
             out[i] = source[index[i]]
 
 
+#: Room for the partials of an exact sum: float64 spans 2098 bits, each partial 53.
+EXACT_PARTIALS = 48
+
+
+@njit(**_JIT)
+def _add_exact(partials, n, x):
+    """Add x to the n non-overlapping `partials` without rounding (Shewchuk's
+    algorithm, the one behind math.fsum); returns their new number."""
+    i = 0
+    for j in range(n):
+        y = partials[j]
+        if abs(x) < abs(y):
+            x, y = y, x
+        high = x + y
+        low = y - (high - x)
+        if low != 0.0:
+            partials[i] = low
+            i += 1
+        x = high
+    partials[i] = x
+    return i + 1
+
+
+@njit(**_JIT)
+def _exact_partials(values):
+    partials = np.zeros(EXACT_PARTIALS)
+    n = 0
+    for value in values:
+        n = _add_exact(partials, n, value)
+    return partials[:n].copy()
+
+
+def exact_partials(values):
+    """Floats whose exact sum is the exact sum of `values`.
+
+    math.fsum of the partials of several blocks is the correctly rounded sum of
+    all their values, however the values were split into blocks: rank 0 adds
+    the ranks' metrics so, and they do not depend on the number of ranks.
+    """
+    return _exact_partials(np.asarray(values, dtype=np.float64))
+
+
 @njit(**_JIT)
 def _disagreement(ext, edge_a, edge_b):
-    total = 0.0
+    partials = np.zeros(EXACT_PARTIALS)
+    n = 0
     for e in range(edge_a.shape[0]):
         a, b = edge_a[e], edge_b[e]
+        edge = 0.0
         for k in range(ext.shape[1]):
             for j in range(ext.shape[2]):
                 diff = ext[a, k, j] - ext[b, k, j]
-                total += diff * diff
-    return total
+                edge += diff * diff
+        n = _add_exact(partials, n, edge)
+    return partials[:n].copy()
 
 
 def edge_disagreement(ext, edge_a, edge_b):
-    """sum over edges (a, b) of sum_k ||x_a^k - x_b^k||^2, rows indexing `ext`."""
-    return float(_disagreement(ext, edge_a, edge_b))
+    """sum over edges (a, b) of sum_k ||x_a^k - x_b^k||^2, rows indexing `ext`, as
+    exact partials (see `exact_partials`): each edge's term is computed alike
+    wherever its ends live, and the partials add them without rounding."""
+    return _disagreement(ext, edge_a, edge_b)
 
 
 @njit(**_JIT)
@@ -253,6 +300,7 @@ def warm_up(dtype):
     nbr = np.zeros(1, dtype=np.int64)
     center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
     edge_disagreement(centers, nbr, nbr)
+    exact_partials(np.zeros(1))
     largest_move(centers, centers)
     pack_rows(centers, nbr, 0.0, centers.copy())
 

@@ -1,14 +1,17 @@
 """Monitoring points: global metrics on rank 0, progress lines, and the stop decision.
 
-At a monitoring point every rank contributes four numbers for its agents
-(sse, edge disagreement, changed assignments, largest center move); rank 0
-combines them, keeps the row, prints a progress line, decides whether the run
-has reached a generalized Lloyd minimum, and every rank learns the decision in
-one broadcast.  Metrics are for monitoring only: nothing in the iteration
+At a monitoring point every rank contributes its agents' share of four
+metrics (sse and edge disagreement as exact partial sums, changed
+assignments, largest center move); rank 0 combines them, rounding each sum
+once so that no metric depends on how the agents are split among ranks,
+keeps the row, prints a progress line, decides whether the run has reached a
+generalized Lloyd minimum, and every rank learns the decision in one
+broadcast.  Metrics are for monitoring only: nothing in the iteration
 depends on them except that decision (and, under a rho schedule, when to
 raise rho, which is the same decision).
 """
 
+import math
 import sys
 import time
 
@@ -41,17 +44,20 @@ class Monitor:
     def record(self, iteration, sse, disagreement, changed, move, rho, rest=None):
         """Record one monitoring point, with the objective at `rho` (the current one).
 
+        sse, disagreement : this rank's share, as numbers whose exact sum it is
+        (kernels.exact_partials, or one number).
+
         Returns, on every rank, whether the run is at rest: with rest = (tol,
         allowed), at most `allowed` assignments changed and no center moved more
         than `tol` (default (options.tol, 0); never with monitor_every 0).
         """
         tol, allowed = (self.options.tol, 0) if rest is None else rest
-        partial = (float(sse), float(disagreement), int(changed), float(move))
+        partial = (np.atleast_1d(sse), np.atleast_1d(disagreement), int(changed), float(move))
         parts = [partial] if self.comm is None else self.comm.gather(partial, root=0)
         stop = False
         if self.is_root:
-            sse = sum(p[0] for p in parts)
-            disagreement = sum(p[1] for p in parts)
+            sse = math.fsum(np.concatenate([p[0] for p in parts]))
+            disagreement = math.fsum(np.concatenate([p[1] for p in parts]))
             changed = sum(p[2] for p in parts)
             move = max(p[3] for p in parts)
             objective = sse + rho * disagreement

@@ -1,5 +1,7 @@
 """The compiled block kernels against the plain per-agent reference formulas."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -98,7 +100,8 @@ def test_disagreement_and_move():
     rng = np.random.default_rng(3)
     ext = rng.standard_normal((5, 3, 2))
     a, b = np.array([0, 0, 2]), np.array([1, 4, 3])
-    assert kernels.edge_disagreement(ext, a, b) == pytest.approx(((ext[a] - ext[b]) ** 2).sum(), rel=1e-14)
+    edges = ((ext[a] - ext[b]) ** 2).sum(axis=(1, 2))
+    assert math.fsum(kernels.edge_disagreement(ext, a, b)) == math.fsum(edges)
     new = ext + rng.standard_normal(ext.shape)
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
 
@@ -118,3 +121,15 @@ def test_results_do_not_depend_on_threads():
     np.testing.assert_array_equal(l1, l2)
     for x, y in zip(first[:3], second[:3]):
         np.testing.assert_array_equal(x, y)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.floats(min_value=-1e150, max_value=1e150, allow_subnormal=True), max_size=300),
+       st.lists(st.integers(0, 300), max_size=6))
+def test_exact_partials_sum_any_split_exactly(values, cuts):
+    """The partials of any split of the values add (math.fsum) to the correctly rounded
+    sum of all of them: the property that makes metrics the same on any rank count."""
+    bounds = [0] + sorted(min(c, len(values)) for c in cuts) + [len(values)]
+    blocks = [kernels.exact_partials(values[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    assert all(len(b) <= kernels.EXACT_PARTIALS for b in blocks)
+    assert math.fsum(np.concatenate(blocks)) == math.fsum(values)

@@ -97,12 +97,13 @@ def test_lloyd_signal_checkpoints_and_resumes(dataset, tmp_path):
     """The stop request travels in the fused allreduce: every rank stops at the same iteration."""
     path = dataset[0]
     args = ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 200000, "--monitor-every", 0,
-            "--seed", 3]
+            "--seed", 3, "--checkpoint-every", 1000]
     command = [mpiexec(), "-n", "3", sys.executable, "-m", "nkmpi"] + [str(a) for a in args] + \
         ["--out", str(tmp_path / "cut.h5")]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=mpi_env())
-    assert "exact Lloyd" in proc.stdout.readline()           # set-up done, handlers in place
+    assert "exact Lloyd" in proc.stdout.readline()
+    assert "checkpoint after iteration 1000" in proc.stdout.readline()    # iterating
     proc.send_signal(signal.SIGUSR1)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 3, stderr

@@ -67,12 +67,14 @@ def test_sigkill_mid_write_leaves_no_file_under_the_final_name(dataset, tmp_path
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert not out.exists()
-    assert (tmp_path / "out.h5.partial").exists()    # the complete file, never renamed
+    assert len(list(tmp_path.glob("out.h5.partial-*"))) == 1    # the complete file, never renamed
 
 
 def long_run_args(path, out):
-    # No monitoring: no early stop, so the run is long enough to be signalled.
-    return ["run", path, "-k", 4, "--rho", 50, "--iters", 30000, "--monitor-every", 0, "--out", out]
+    # No monitoring: no early stop, so the run is long enough to be signalled; a line at
+    # each checkpoint tells when it iterates.
+    return ["run", path, "-k", 4, "--rho", 50, "--iters", 30000, "--monitor-every", 0,
+            "--checkpoint-every", 1000, "--out", out]
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGUSR1])
@@ -82,9 +84,9 @@ def test_signal_checkpoints_and_resume_is_exact_on_any_rank_count(dataset, tmp_p
     out = tmp_path / "cut.h5"
     command = [mpiexec(), "-n", "3", sys.executable, "-m", "nkmpi"] + [str(a) for a in long_run_args(dataset, out)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
-    header = proc.stdout.readline()              # set-up done, signal handlers in place
+    header = proc.stdout.readline()
     assert header.startswith("nkmpi: 12 agents")
-    time.sleep(0.5)
+    assert "checkpoint after iteration 1000" in proc.stdout.readline()    # iterating
     proc.send_signal(signal_number)              # mpiexec forwards it to every rank
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 3, stderr          # documented: stopped by a signal, checkpoint written

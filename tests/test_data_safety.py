@@ -1,0 +1,288 @@
+"""Nothing is lost: no output replaces an input, an output is whole and one run's, a checkpoint
+resumes only the problem it was made for, a stop during start-up ends with status 3, and the
+whole result file is the same on any number of ranks."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import MPI_TIMEOUT, mpi_env, mpiexec, run_mpi, uneven_dataset
+from data_tools.dataset import write_dataset
+from nkmpi.cli import main
+from nkmpi.io import read_all, read_result
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
+
+#: What a result records about how it was run (time, ranks, memory), the only parts of the
+#: file allowed to differ between rank counts.
+EXECUTION_RECORD = {"n_ranks", "seconds", "seconds_setup", "seconds_loop", "metrics/seconds"}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Uneven non-IID blobs over 12 agents with a ring stored in the file (so that the
+    graph's edges, not only a spec, shape the run)."""
+    path = tmp_path_factory.mktemp("safety") / "data.h5"
+    points, offsets = uneven_dataset(path)
+    ring = np.column_stack([np.arange(12), (np.arange(12) + 1) % 12])
+    write_dataset(path, points, offsets, edges=ring)
+    return path
+
+
+def digest(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def one_error(proc, message):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("nkmpi: error:") == 1 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# Each case makes its paths in the test's folder t from the dataset d and returns the options.
+def _symlink(d, t):
+    os.symlink(d, t / "link.h5")
+    return ["--out", t / "link.h5"]
+
+
+def _hard_link(d, t):
+    os.link(d, t / "hard.h5")
+    return ["--out", t / "hard.h5"]
+
+
+def _init_file(d, t):
+    np.save(t / "centers.npy", read_all(d)[1][:3])
+    return ["--init", f"file:{t / 'centers.npy'}", "--out", t / "centers.npy"]
+
+
+def _resumed(d, t):
+    (t / "ck.h5").write_bytes(d.read_bytes())
+    return ["--resume", t / "ck.h5", "--out", t / "ck.h5"]
+
+
+ALIASES = {
+    "out is the dataset": (lambda d, t: ["--out", d], "is the dataset"),
+    "out reaches it by a relative path": (
+        lambda d, t: ["--out", os.path.relpath(d.parent / ".." / d.parent.name / d.name)], "is the dataset"),
+    "out is a symlink to it": (_symlink, "is the dataset"),
+    "out is a hard link to it": (_hard_link, "is the dataset"),
+    "checkpoint is the dataset": (lambda d, t: ["--out", t / "o.h5", "--checkpoint", d], "is the dataset"),
+    "checkpoint is the result": (lambda d, t: ["--out", t / "o.h5", "--checkpoint", t / "o.h5"],
+                                 "is the result"),
+    "out is the init file": (_init_file, "is the --init file"),
+    "out is the resumed checkpoint": (_resumed, "is the --resume checkpoint"),
+}
+
+
+@pytest.mark.parametrize("case", ALIASES)
+def test_no_output_replaces_an_input(dataset, tmp_path, case):
+    make, message = ALIASES[case]
+    options = make(dataset, tmp_path)
+    before = {p: digest(p) for p in [dataset, *tmp_path.iterdir()]}
+    proc = run_mpi(2, ["run", dataset, "-k", 3, "--iters", 5, *options])
+    one_error(proc, message)
+    assert {p: digest(p) for p in before} == before
+    assert not list(tmp_path.glob("*.partial*")) and not list(dataset.parent.glob("*.partial*"))
+
+
+def test_simulate_refuses_to_replace_its_dataset(dataset, capsys):
+    before = digest(dataset)
+    assert main(["simulate", str(dataset), "-k", "3", "--iters", "5", "--out", str(dataset)]) == 2
+    assert "is the dataset" in capsys.readouterr().err
+    assert digest(dataset) == before
+
+
+def hold(phase, n_ranks, args, env=None):
+    """`nkmpi run ARGS` under mpiexec, held in `phase` (tests/mpi_scripts/hold_in_phase.py)."""
+    command = [mpiexec(), "-n", str(n_ranks), sys.executable, str(SCRIPTS / "hold_in_phase.py"), phase,
+               "run", *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(mpi_env(), **(env or {})))
+
+
+def wait_for(proc, line):
+    """Read the process's output up to `line` (an EOF first fails)."""
+    seen = []
+    while True:
+        text = proc.stdout.readline()
+        if not text:
+            proc.kill()
+            pytest.fail(f"no {line!r} in the output: {''.join(seen)}\n{proc.stderr.read()}")
+        if line in text:           # ranks may print on one line
+            return
+        seen.append(text)
+
+
+def finish(proc):
+    try:
+        stdout, stderr = proc.communicate(timeout=MPI_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the run did not end (hang?)")
+    return proc.returncode, stdout, stderr
+
+
+def test_two_runs_on_one_out_leave_one_runs_whole_file(dataset, tmp_path):
+    """Both runs reach their final write together (held there until released), then
+    write at once, on a file system without HDF5 file locks as on many clusters."""
+    out = tmp_path / "shared.h5"
+    args = ["--iters", 20, "--quiet", "--out", out]
+    runs = {seed: hold("write", 2, [dataset, "-k", 3, "--seed", seed, *args],
+                       env={"HDF5_USE_FILE_LOCKING": "FALSE"}) for seed in (1, 2)}
+    for proc in runs.values():
+        wait_for(proc, "in write")
+    for proc in runs.values():
+        proc.send_signal(signal.SIGTERM)        # the release; after the loop it stops nothing
+    for proc in runs.values():
+        status, _, stderr = finish(proc)
+        assert status == 0, stderr
+    got = read_result(out)
+    seed = int(got["attrs"]["seed"])
+    alone = tmp_path / "alone.h5"
+    proc = run_mpi(2, ["run", dataset, "-k", 3, "--seed", seed, *args[:-1], alone])
+    assert proc.returncode == 0, proc.stderr
+    expected = read_result(alone)
+    for agent in range(len(expected["centers"])):
+        np.testing.assert_array_equal(got["centers"][agent], expected["centers"][agent])
+        np.testing.assert_array_equal(got["initial_centers"][agent], expected["initial_centers"][agent])
+    np.testing.assert_array_equal(got["assignments"], expected["assignments"])
+    for key, value in expected["attrs"].items():
+        if key not in EXECUTION_RECORD and not key.startswith("rank_"):
+            np.testing.assert_array_equal(got["attrs"][key], value, err_msg=key)
+    assert not list(tmp_path.glob("*.partial*"))
+
+
+def edit_copy(source, target, edit):
+    target.write_bytes(source.read_bytes())
+    with h5py.File(target, "r+") as f:
+        edit(f)
+
+
+def _nudge_point(f):
+    f["points"][7, 1] += 1e-9
+
+
+def _move_a_row(f):
+    f["agent_offsets"][3] += 1
+
+
+def _rewire(f):
+    edges = f["graph/edges"][()]
+    edges[0] = (0, 6)                    # 0-1 becomes 0-6: still 12 edges, still connected
+    f["graph/edges"][...] = edges
+
+
+@pytest.mark.parametrize("edit,what", [(_nudge_point, "the points"), (_move_a_row, "offsets"),
+                                       (_rewire, "the graph's edges")])
+def test_resume_refuses_other_data_of_the_same_shapes(dataset, tmp_path, edit, what):
+    args = ["-k", 3, "--iters", 30, "--monitor-every", 5, "--tol", 0, "--quiet"]
+    checkpoint = tmp_path / "ck.h5"
+    proc = run_mpi(2, ["run", dataset, *args, "--out", tmp_path / "a.h5", "--checkpoint", checkpoint,
+                       "--checkpoint-every", 10])
+    assert proc.returncode == 0, proc.stderr
+    other = tmp_path / "other.h5"
+    edit_copy(dataset, other, edit)
+    proc = run_mpi(3, ["run", other, *args, "--out", tmp_path / "b.h5", "--resume", checkpoint])
+    one_error(proc, "the checkpoint was made for other data")
+    assert what in proc.stderr and not (tmp_path / "b.h5").exists()
+    proc = run_mpi(3, ["run", dataset, *args, "--out", tmp_path / "c.h5", "--resume", checkpoint])
+    assert proc.returncode == 0, proc.stderr          # the same data still resumes
+
+
+@pytest.mark.parametrize("phase", ["read", "seeding"])
+def test_stop_during_startup_ends_with_status_3_and_nothing_written(dataset, tmp_path, phase):
+    out = tmp_path / "out.h5"
+    proc = hold(phase, 2, [dataset, "-k", 3, "--out", out])
+    wait_for(proc, f"in {phase}")
+    proc.send_signal(signal.SIGTERM)                 # mpiexec passes it to every rank
+    status, stdout, stderr = finish(proc)
+    assert status == 3, stderr
+    assert "before the first iteration: no checkpoint was needed" in stdout
+    assert not list(tmp_path.iterdir())              # no result, checkpoint or temporary file
+
+
+def test_stop_during_startup_of_a_resumed_run_keeps_its_checkpoint(dataset, tmp_path):
+    args = [dataset, "-k", 3, "--iters", 30, "--tol", 0, "--quiet"]
+    checkpoint = tmp_path / "ck.h5"
+    proc = run_mpi(2, ["run", *args, "--out", tmp_path / "a.h5", "--checkpoint", checkpoint,
+                       "--checkpoint-every", 10])
+    assert proc.returncode == 0, proc.stderr
+    before = digest(checkpoint)
+    proc = hold("read", 2, [*args, "--out", tmp_path / "b.h5", "--resume", checkpoint,
+                            "--checkpoint", checkpoint])
+    wait_for(proc, "in read")
+    proc.send_signal(signal.SIGUSR1)
+    status, stdout, stderr = finish(proc)
+    assert status == 3, stderr
+    assert f"--resume {checkpoint} still holds" in stdout
+    assert digest(checkpoint) == before and not (tmp_path / "b.h5").exists()
+
+
+def test_stop_after_the_last_iteration_loses_nothing(dataset, tmp_path):
+    out = tmp_path / "out.h5"
+    proc = hold("write", 2, [dataset, "-k", 3, "--iters", 20, "--quiet", "--out", out])
+    wait_for(proc, "in write")
+    proc.send_signal(signal.SIGTERM)
+    status, _, stderr = finish(proc)
+    assert status == 0 and read_result(out)["attrs"]["iterations"] == 20, stderr
+
+
+def test_stop_signals_are_caught_before_anything_heavy_loads():
+    """`nkmpi run` takes note of SIGTERM and SIGUSR1 before numpy, numba, h5py or MPI
+    load (seconds on a busy node): the handlers see none of them imported."""
+    spy = ("import runpy, signal, sys\n"
+           "install = signal.signal\n"
+           "def spy(number, handler):\n"
+           "    heavy = [m for m in ('numpy', 'numba', 'h5py', 'mpi4py') if m in sys.modules]\n"
+           "    print('installed', number, heavy, flush=True)\n"
+           "    return install(number, handler)\n"
+           "signal.signal = spy\n"
+           "sys.argv = ['nkmpi', 'run', '--help']\n"
+           "runpy.run_module('nkmpi', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", spy], capture_output=True, text=True, env=mpi_env(),
+                          timeout=MPI_TIMEOUT)
+    first = [line for line in proc.stdout.splitlines() if line.startswith("installed")][:2]
+    assert first == [f"installed {int(signal.SIGTERM)} []", f"installed {int(signal.SIGUSR1)} []"], proc
+    from importlib.metadata import entry_points
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "nkmpi"]
+    assert script.value == "nkmpi.__main__:main"       # the installed command takes the same path
+
+
+def file_contents(path):
+    """Every attribute and dataset of an HDF5 file, by path, but the execution record."""
+    contents = {}
+
+    def visit(name, node):
+        if name not in EXECUTION_RECORD and isinstance(node, h5py.Dataset):
+            contents[name] = node[()]
+        for key, value in node.attrs.items():
+            if key not in EXECUTION_RECORD and not key.startswith("rank_"):
+                contents[f"{name}@{key}"] = value
+
+    with h5py.File(path, "r") as f:
+        visit("", f)
+        f.visititems(visit)
+    return contents
+
+
+def test_whole_result_file_is_the_same_on_any_rank_count(dataset, tmp_path):
+    files = {}
+    for n_ranks in (1, 2, 3):
+        files[n_ranks] = tmp_path / f"r{n_ranks}.h5"
+        proc = run_mpi(n_ranks, ["run", dataset, "-k", 4, "--iters", 60, "--monitor-every", 3, "--tol", 0,
+                                 "--quiet", "--out", files[n_ranks]])
+        assert proc.returncode == 0, proc.stderr
+    one = file_contents(files[1])
+    assert {"metrics/objective", "metrics/sse", "metrics/edge_disagreement", "centers", "@seed"} <= set(one)
+    for n_ranks in (2, 3):
+        other = file_contents(files[n_ranks])
+        assert set(other) == set(one)
+        for name, value in one.items():
+            assert np.array_equal(other[name], value), (n_ranks, name, value, other[name])
