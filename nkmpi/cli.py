@@ -25,7 +25,8 @@ from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, g
 from .init import check_enough_distinct, distinct_rows
 from .io import FINGERPRINTS
 from .monitor import LOOP_PHASES
-from .options import ALGORITHMS, COUPLING, INNER, N_INIT, SETTLED_FRACTION, Options
+from .options import (ALGORITHMS, COUPLING, INNER, MAX_ITERATIONS, MAX_REPEATS, N_INIT,
+                      SETTLED_FRACTION, Options)
 from .seeding import MIN_GROUP
 
 EXIT_INPUT_ERROR = 2
@@ -165,10 +166,10 @@ def read_rho_schedule(spec):
 
 
 def options_from(args):
-    if getattr(args, "threads", 1) < 1:
-        raise InputError(f"--threads must be at least 1, got {args.threads}")
-    if getattr(args, "checkpoint_every", 0) < 0:
-        raise InputError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if not 1 <= getattr(args, "threads", 1) <= MAX_REPEATS:
+        raise InputError(f"--threads must be in 1..{MAX_REPEATS}, got {args.threads}")
+    if not 0 <= getattr(args, "checkpoint_every", 0) <= MAX_ITERATIONS:
+        raise InputError(f"--checkpoint-every must be in 0..{MAX_ITERATIONS}, got {args.checkpoint_every}")
     return Options(n_clusters=args.clusters, rho=args.rho, coupling=args.coupling, alpha=args.alpha,
                    max_iter=args.iters,
                    tol=args.tol, init=read_init(args.init), n_init=args.n_init, seed=args.seed,
@@ -461,16 +462,24 @@ def command_summary(args):
     from . import io
     from .reference import centralized_cost, lloyd
     result = io.read_result(args.result)
-    attrs = result["attrs"]
+    attrs = {key: io.plain(value) for key, value in result["attrs"].items()}
     data = args.data or attrs.get("data")
+    if not isinstance(data, str):
+        raise InputError(f"{args.result}: holds no dataset path; pass --data")
     _, points = io.read_all(data)
+    centers, start = result["centers"], result["initial_centers"]
+    if centers.shape[2] != points.shape[1] or len(result["assignments"]) != len(points):
+        raise InputError(f"{args.result} does not belong to {data}: {len(result['assignments'])} points "
+                         f"x {centers.shape[2]} features against {len(points)} x {points.shape[1]}")
+    if not (len(centers) and np.isfinite(centers).all() and np.isfinite(start).all()):
+        raise InputError(f"{args.result}: its centers are missing or not finite (a damaged file)")
     metrics = result["metrics"]
-    start = result["initial_centers"][0]
-    lloyd_centers, lloyd_iters = lloyd(points, start, max_iter=10000)
+    lloyd_centers, lloyd_iters = lloyd(points, start[0], max_iter=10000)
     best = centralized_cost(points, lloyd_centers)
-    costs = np.array([centralized_cost(points, c) for c in result["centers"]]) / best
+    costs = np.array([centralized_cost(points, c) for c in centers]) / best
     print(f"result        {args.result}")
-    print(f"iterations    {attrs['iterations']} ({'converged' if attrs['converged'] else 'not converged'})")
+    print(f"iterations    {attrs.get('iterations')} "
+          f"({'converged' if attrs.get('converged') is True else 'not converged'})")
     print(f"objective     {metrics['objective'][-1]:.9e}")
     print(f"disagreement  {metrics['edge_disagreement'][-1]:.3e} (sum over edges of squared center gaps)")
     print(f"agents' centers, centralized cost / centralized Lloyd from the same start "

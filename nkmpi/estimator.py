@@ -10,10 +10,13 @@ same on every rank); `fit` is collective over the communicator.
     model.cluster_centers_   # (L, K, p): this rank's agents' centers
 """
 
+from numbers import Integral
+
 import numpy as np
 
 from .errors import InputError, agree
 from .graph import Network, build_network, require_connected_graph
+from .io import check_rows
 from .options import N_INIT, Options
 
 
@@ -94,24 +97,13 @@ class NKMeans:
         from mpi4py import MPI
 
         from . import driver, kernels
-        kernels.set_threads(self.n_threads)
         comm = self.comm if self.comm is not None else MPI.COMM_WORLD
-        X = np.ascontiguousarray(X)
-        if X.dtype not in (np.float32, np.float64):
-            X = X.astype(np.float64)
-        offsets = np.array([0, len(X)] if agent_offsets is None else agent_offsets, dtype=np.int64)
         options = agree(comm, self._options)
-
-        def check_local():
-            if X.ndim != 2:
-                raise InputError(f"X must be 2-D, has shape {X.shape}")
-            if offsets[0] != 0 or offsets[-1] != len(X) or (np.diff(offsets) < 0).any():
-                raise InputError("agent_offsets must start at 0, not decrease and end at len(X)")
-            if not np.isfinite(X).all():
-                raise InputError("X contains NaN or Inf")
-            options.check_features(X.shape[1])
-
-        agree(comm, check_local)
+        if not (isinstance(self.n_threads, Integral) and self.n_threads >= 1):
+            raise InputError(f"n_threads must be a positive integer, got {self.n_threads!r}")
+        kernels.set_threads(self.n_threads)
+        X, offsets = agree(comm, _rows_and_offsets, X, agent_offsets)
+        agree(comm, options.check_features, X.shape[1])
         n_local = len(offsets) - 1
         if agents is None:
             counts = comm.allgather(n_local)
@@ -149,8 +141,9 @@ class NKMeans:
     def predict(self, X, agent_offsets=None):
         """Nearest center of each row among its own agent's centers (rows grouped as in fit)."""
         from . import kernels
-        X = np.asarray(X)
-        offsets = np.array([0, len(X)] if agent_offsets is None else agent_offsets, dtype=np.int64)
+        X, offsets = _rows_and_offsets(X, agent_offsets)
+        if X.shape[1] != self.cluster_centers_.shape[2]:
+            raise InputError(f"X has {X.shape[1]} features, the model {self.cluster_centers_.shape[2]}")
         if len(offsets) - 1 != len(self.cluster_centers_):
             raise InputError(f"predict needs rows grouped by this rank's {len(self.cluster_centers_)} "
                              "agents: pass agent_offsets")
@@ -158,6 +151,25 @@ class NKMeans:
 
     def fit_predict(self, X, agent_offsets=None, graph="ring", agents=None):
         return self.fit(X, agent_offsets, graph, agents).labels_
+
+
+def _rows_and_offsets(X, agent_offsets):
+    """X as a C-contiguous float32/float64 (n, p) array of checked rows, and the agents'
+    row offsets (default: one agent), or InputError (a ValueError)."""
+    try:
+        X = np.ascontiguousarray(X)
+        if X.dtype not in (np.float32, np.float64):
+            X = X.astype(np.float64)
+        offsets = np.array([0, len(X)] if agent_offsets is None else agent_offsets, dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"X and agent_offsets must be numeric arrays: {exc}") from None
+    if X.ndim != 2 or X.shape[1] < 1:
+        raise InputError(f"X must be 2-D (n, p) with p >= 1, has shape {X.shape}")
+    if (offsets.ndim != 1 or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(X)
+            or (np.diff(offsets) < 0).any()):
+        raise InputError("agent_offsets must start at 0, not decrease and end at len(X)")
+    check_rows(X, "X")
+    return X, offsets
 
 
 def _network(graph, n_agents, seed):

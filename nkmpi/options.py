@@ -17,6 +17,12 @@ COUPLING = 5.0
 INNER = 5
 #: Default seedings of the merged summary tried by the network-wide seeding.
 N_INIT = 10
+#: Largest counts accepted (iterations, updates per pass, seedings, clusters): far beyond any
+#: run, and small enough that iteration x inner and every stored attribute fit in int64.
+MAX_ITERATIONS, MAX_REPEATS, MAX_CLUSTERS = 2**40, 2**20, 2**31 - 1
+#: The coupling (rho over the mean points per agent) must lie within these: beyond them one of
+#: a center's two pulls, its own points (n / rho) or its neighbours, is lost to rounding.
+COUPLING_RANGE = (1e-12, 1e12)
 
 
 @dataclass(frozen=True)
@@ -81,8 +87,11 @@ class Options:
             if not ok:
                 raise InputError(what)
 
-        need(isinstance(self.n_clusters, Integral) and self.n_clusters >= 1,
-             f"the number of clusters must be a positive integer, got {self.n_clusters!r}")
+        def count(value, low, high):
+            return isinstance(value, Integral) and not isinstance(value, bool) and low <= value <= high
+
+        need(count(self.n_clusters, 1, MAX_CLUSTERS),
+             f"the number of clusters must be an integer in 1..{MAX_CLUSTERS}, got {self.n_clusters!r}")
         need(self.rho is None or (isinstance(self.rho, Real) and np.isfinite(self.rho)
                                   and self.rho > 0),
              f"rho must be a positive finite number, got {self.rho!r}")
@@ -91,14 +100,14 @@ class Options:
              f"coupling must be a positive finite number, got {self.coupling!r}")
         need(isinstance(self.alpha, Real) and 0 < self.alpha <= 1,
              f"alpha must be in (0, 1], got {self.alpha!r}")
-        need(isinstance(self.max_iter, Integral) and self.max_iter >= 1,
-             f"the iteration count must be a positive integer, got {self.max_iter!r}")
+        need(count(self.max_iter, 1, MAX_ITERATIONS),
+             f"the iteration count must be an integer in 1..{MAX_ITERATIONS}, got {self.max_iter!r}")
         need(isinstance(self.tol, Real) and self.tol >= 0,
              f"tol must be >= 0, got {self.tol!r}")
-        need(isinstance(self.seed, Integral) and self.seed >= 0,
-             f"the seed must be a non-negative integer, got {self.seed!r}")
-        need(isinstance(self.monitor_every, Integral) and self.monitor_every >= 0,
-             f"monitor-every must be a non-negative integer, got {self.monitor_every!r}")
+        need(count(self.seed, 0, 2**63 - 1),
+             f"the seed must be an integer in 0..2**63-1, got {self.seed!r}")
+        need(count(self.monitor_every, 0, MAX_ITERATIONS),
+             f"monitor-every must be an integer in 0..{MAX_ITERATIONS}, got {self.monitor_every!r}")
         for name in ("link_failure_prob", "dropout_prob"):
             value = getattr(self, name)
             need(isinstance(value, Real) and 0 <= value < 1,
@@ -107,8 +116,8 @@ class Options:
              f"unknown algorithm {self.algorithm!r}: use {' or '.join(ALGORITHMS)}")
         if self.inner is None:
             object.__setattr__(self, "inner", 1 if self.algorithm == "lloyd" else INNER)
-        need(isinstance(self.inner, Integral) and self.inner >= 1,
-             f"inner updates per pass must be a positive integer, got {self.inner!r}")
+        need(count(self.inner, 1, MAX_REPEATS),
+             f"inner updates per pass must be an integer in 1..{MAX_REPEATS}, got {self.inner!r}")
         if self.rho_schedule is not None:
             try:
                 values = tuple(float(v) for v in self.rho_schedule)
@@ -134,14 +143,17 @@ class Options:
                  "simulated faults are NK-means options: Lloyd has no links to fail")
             need(not (isinstance(self.init, str) and self.init == "local"),
                  "Lloyd keeps one set of centers: use --init network, flood or file:PATH, not local")
-        need(isinstance(self.n_init, Integral) and self.n_init >= 1,
-             f"n-init must be a positive integer, got {self.n_init!r}")
+        need(count(self.n_init, 1, MAX_REPEATS),
+             f"n-init must be an integer in 1..{MAX_REPEATS}, got {self.n_init!r}")
         if isinstance(self.init, str):
             need(self.init in INIT_METHODS,
                  f"unknown init {self.init!r}: use network, flood, local or file:PATH")
 
         else:
-            init = np.asarray(self.init, dtype=np.float64)
+            try:
+                init = np.asarray(self.init, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InputError(f"initial centers must be a numeric (K, p) array, got {self.init!r}") from None
             need(init.ndim == 2 and init.shape[0] == self.n_clusters,
                  f"initial centers must have shape (K={self.n_clusters}, p), got {init.shape}")
             need(bool(np.isfinite(init).all()), "initial centers contain NaN or Inf")
@@ -153,8 +165,16 @@ class Options:
         per_agent = max(n_points, 1) / n_agents
         if self.rho is None:
             coupling = COUPLING if self.coupling is None else self.coupling
-            return replace(self, rho=float(coupling * per_agent), coupling=float(coupling))
-        return replace(self, coupling=float(self.rho / per_agent))
+            resolved = replace(self, rho=float(coupling * per_agent), coupling=float(coupling))
+        else:
+            resolved = replace(self, coupling=float(self.rho / per_agent))
+        low, high = COUPLING_RANGE
+        if not low <= resolved.coupling <= high:
+            raise InputError(f"rho = {resolved.rho:g} is coupling {resolved.coupling:g} x the "
+                             f"{per_agent:g} mean points per agent; the coupling must be within "
+                             f"[{low:g}, {high:g}]: beyond, a center's pull to its own points or "
+                             "to its neighbours is lost to rounding")
+        return resolved
 
     def check_features(self, n_features):
         """The initial centers, when given, must match the data's dimension."""

@@ -26,10 +26,10 @@ def delete(name):
     return edit
 
 
-def nan_at(row):
+def value_at(row, value):
     def edit(f):
         points = f["points"][()]
-        points[row, 1] = np.inf
+        points[row, 1] = value
         rewrite("points", points)(f)
     return edit
 
@@ -61,7 +61,11 @@ BAD = {
     "offsets end": (offsets_edit(lambda o: o.__setitem__(-1, o[-1] - 1)), "'agent_offsets' ends at"),
     "offsets start": (offsets_edit(lambda o: o.__setitem__(0, 1)), "'agent_offsets' must start at 0"),
     "labels shape": (rewrite("labels", np.zeros(3, dtype=np.int64)), "'labels' must be an integer array"),
-    "inf in points": (nan_at(-2), "(agent 11) contains NaN or Inf"),
+    "inf in points": (value_at(-2, np.inf), "(agent 11) contains NaN or Inf"),
+    "overflowing point": (value_at(30, 1e200), "has a coordinate beyond +-"),
+    "format an array": (set_attr("format", np.array([1, 2])), "format attribute is [1, 2]"),
+    "version a string": (set_attr("version", "one"), "dataset version 'one' is not supported"),
+    "graph a dataset": (lambda f: f.create_dataset("graph", data=[1, 2]), "'graph' must be a group"),
     "too few distinct": (constant_points, "only 1 distinct points, fewer than K = 3"),
     "unknown agent in edges": (lambda f: f.create_dataset("graph/edges", data=[[0, 1], [1, 12]]),
                                "'graph/edges' row 1 is (1, 12): agent ids must be 0..11"),
