@@ -511,7 +511,9 @@ def main_mpi(argv):
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
-        return command_run(args, comm, stop_requested=stop.requested)
+        status = command_run(args, comm, stop_requested=stop.requested)
+        stop.ignore_stop_signals()
+        return status
     except InputError as exc:
         if exc.collective or comm.Get_size() == 1:
             if rank == 0:

@@ -21,6 +21,14 @@ def catch_stop_signals():
         signal.signal(number, lambda number, frame: _received.append(number))
 
 
+def ignore_stop_signals():
+    """Ignore further stop signals once a run's outcome is settled: Python puts the
+    default handlers (death by the signal) back while it shuts down, and a repeated
+    signal then would turn a clean status 3 or 0 into a kill."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+
+
 def requested():
     """Whether a stop signal has arrived since `catch_stop_signals`."""
     return bool(_received)

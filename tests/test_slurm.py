@@ -1,5 +1,10 @@
-"""Every job script in jobs/ under a real (one-node) SLURM: a run, a scaling study, and a
-run that hits its time limit, checkpoints, requeues itself and resumes.
+"""Every job script in jobs/ under a real (one-node) SLURM: a run, a scaling study, a run
+stopped before its time limit that checkpoints, requeues itself and resumes, and a run stopped
+while it starts, which requeues itself and starts afresh.
+
+No test races the clock: the tests send the stop signals themselves, on events (a checkpoint
+file, a line of the job's log, the job's restart count), and every wait has a generous timeout,
+so a slow machine is slow and only a hang fails.
 
 They need a running SLURM: CI starts one (.ci/slurm-up) and runs them; elsewhere
 `make test-slurm` runs them on a machine where SLURM is up, and plain `make test` skips them.
@@ -7,6 +12,7 @@ They need a running SLURM: CI starts one (.ci/slurm-up) and runs them; elsewhere
 
 import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mpi_env, run_mpi
+from conftest import mpi_env, mpiexec, run_mpi
 from data_tools.generate import generate
 from nkmpi.io import read_result
 
@@ -29,7 +35,7 @@ WANTED = os.environ.get("CI") == "true" or os.environ.get("NKMPI_TEST_SLURM") ==
 def slurm_up():
     if shutil.which("sbatch") is None:
         return False
-    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, check=False)
     return proc.returncode == 0 and any(s in proc.stdout for s in ("idle", "mixed", "alloc"))
 
 
@@ -48,18 +54,38 @@ def submit(script, folder, env, *options):
     return proc.stdout.strip().split(";")[0]
 
 
-def wait_until(predicate, timeout, what):
+def wait_until(predicate, timeout, what, interval=2.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(2)
+        time.sleep(interval)
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def finished(job):
-    proc = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True)
+    proc = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True, check=False)
     return proc.returncode != 0 or not proc.stdout.strip()
+
+
+def job_info(job):
+    """The fields of `scontrol show job` ({} once SLURM has forgotten the job)."""
+    proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, check=False)
+    return dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 else {}
+
+
+def restarts(job):
+    return int(job_info(job).get("Restarts", 0))
+
+
+def signal_batch(job, name):
+    """What SLURM sends before a time limit (--signal=B:...): signal `name` to the batch shell only."""
+    return subprocess.run(["scancel", f"--signal={name}", "--batch", job], capture_output=True, text=True, check=False)
+
+
+def job_log(folder, job):
+    path = folder / f"nkmeans-{job}.out"
+    return path.read_text() if path.exists() else ""
 
 
 def test_every_job_script_is_tested():
@@ -110,31 +136,121 @@ def test_scaling_job(tmp_path):
         assert (tmp_path / "out" / f"scaling-{mode}.png").stat().st_size > 5000
 
 
-@pytest.mark.timeout(1500)
+#: A run 40 times longer than the wait for its first checkpoint, so that it cannot end before the
+#: stop signal lands: 2,500 to 5,000 iterations a second here (2 ranks on 2 cores), so 40 to 80 s;
+#: a machine 20 times faster still needs 2 s, against a tenth of a second for the signal to land.
+LONG_ITERATIONS, CHECKPOINT_EVERY = 200_000, 5_000
+
+
+@pytest.mark.timeout(3600)
 def test_time_limit_checkpoint_requeue_and_resume(tmp_path, data):
-    """A 2-minute job with a minute or two of work: SLURM signals it before its limit, it
-    checkpoints and requeues itself, and the requeued job resumes (as often as needed) and
-    ends exactly as an uninterrupted run, which runs meanwhile outside SLURM."""
-    args = ["--rho", "50", "--iters", "1500000", "--monitor-every", "0"]
-    out = tmp_path / "long.h5"
-    direct = subprocess.Popen([str(Path(sys.executable).with_name("mpiexec")), "-n", "2", sys.executable,
-                               "-m", "nkmpi", "run", str(data), "-k", "4", *args, "--quiet",
-                               "--out", str(tmp_path / "direct.h5")], env=mpi_env())
+    """The stop before a time limit, end to end.  The job has a 2-minute limit and the signal
+    SLURM sends before it; once its first periodic checkpoint exists the test sends that signal
+    itself (USR1 to the batch shell): the script passes it on, the ranks agree on an iteration,
+    checkpoint and exit with status 3, and the script requeues the job.  After the requeue the
+    test lifts the time limit, so that the resumed attempt finishes however slow the machine, and
+    the result equals an uninterrupted run's, bit for bit."""
+    args = ["--rho", "50", "--iters", str(LONG_ITERATIONS), "--monitor-every", "0",
+            "--checkpoint-every", str(CHECKPOINT_EVERY)]
+    out, checkpoint = tmp_path / "long.h5", tmp_path / "long.checkpoint.h5"
     job = submit(JOBS / "nkmeans.sbatch", tmp_path, {"NKMPI_DATA": str(data), "NKMPI_K": "4",
                                                      "NKMPI_OUT": str(out), "NKMPI_ARGS": " ".join(args)},
                  "--ntasks=2", "--time=2", "--signal=B:USR1@60")
+    direct = None
     try:
-        wait_until(lambda: out.exists() or finished(job), 1200, f"the result of job {job}")
-        assert direct.wait(timeout=1200) == 0
+        wait_until(lambda: checkpoint.exists() or finished(job), 1200,
+                   f"the first checkpoint of job {job}", interval=0.1)
+        sent = signal_batch(job, "USR1")
+        wait_until(lambda: restarts(job) > 0 or finished(job), 1200, f"job {job} to requeue itself")
+        assert restarts(job) > 0, f"{sent.stderr}\n{job_log(tmp_path, job)}"
+        lift = subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=UNLIMITED"],
+                              capture_output=True, text=True, check=False)
+        assert lift.returncode == 0, lift.stderr
+        # The uninterrupted run, while the requeued job waits to start again.
+        direct = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, "-m", "nkmpi", "run", str(data),
+                                   "-k", "4", *args, "--quiet", "--out", str(tmp_path / "direct.h5")],
+                                  env=mpi_env())
+        wait_until(lambda: finished(job), 3000, f"the result of job {job}")
+        assert direct.wait(timeout=3000) == 0
     finally:
-        if direct.poll() is None:
+        if direct is not None and direct.poll() is None:
             direct.kill()
-        subprocess.run(["scancel", job])
-    log = (tmp_path / f"nkmeans-{job}.out").read_text()
-    assert "stopped by a signal" in log and "requeueing job" in log, log
-    assert "resuming from" in log, log
+        subprocess.run(["scancel", job], check=False)
+    log = job_log(tmp_path, job)
+    assert job_info(job).get("JobState") == "COMPLETED", log
+    assert "nkmeans.sbatch: got SIGUSR1: asking the run to stop" in log, log
+    assert "nkmpi: stopped by a signal; resume with --resume" in log, log
+    assert f"requeueing job {job}, which resumes from the checkpoint {checkpoint}" in log, log
+    assert f"nkmeans.sbatch: resuming from {checkpoint}" in log, log
     result = read_result(out)
-    assert 0 < result["attrs"]["resumed_at_iteration"] < 1500000
+    assert 0 < result["attrs"]["resumed_at_iteration"] < LONG_ITERATIONS, log
     expected = read_result(tmp_path / "direct.h5")
+    np.testing.assert_array_equal(result["centers"], expected["centers"])
+    np.testing.assert_array_equal(result["assignments"], expected["assignments"])
+
+
+#: A run whose start-up (reading, and seeding 16 centers per agent) takes 10 to 20 s here, so that a
+#: stop sent as the job starts reaches the ranks long before their first iteration.
+SLOW_START = {"points": 5_000_000, "k": 16, "args": ["--iters", "4", "--monitor-every", "0"]}
+HEADER = re.compile(r"^nkmpi: \d+ agents, ", re.MULTILINE)
+STOPPED_IN_START_UP = "nkmpi: stopped by a signal before the first iteration: no checkpoint was needed"
+
+
+@pytest.fixture(scope="module")
+def slow_start(tmp_path_factory):
+    """A dataset that takes seconds to read and seed, and the result of its uninterrupted run."""
+    folder = tmp_path_factory.mktemp("slow-start")
+    data = folder / "data.h5"
+    generate(data, SLOW_START["points"], 4, 3, 12, "by-cluster:2", seed=3)
+    proc = run_mpi(2, ["run", data, "-k", SLOW_START["k"], *SLOW_START["args"], "--out",
+                       folder / "direct.h5", "--quiet"], timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return data, read_result(folder / "direct.h5")
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("name", ["USR1", "TERM"])
+def test_stop_during_start_up_requeues_and_starts_afresh(tmp_path, slow_start, name):
+    """A stop (USR1 as before a time limit, TERM as on preemption) that comes while the job starts.
+    The test signals the batch shell as soon as the script has printed its first line (its traps
+    are set; a signal before that kills the shell itself), long before the ranks have read and
+    seeded the data: the script notes the stop, passes it on once the run is up, nkmpi stops
+    before its first iteration with status 3 and no checkpoint, and the script requeues the job
+    without claiming one.  The next attempt starts afresh and ends as an uninterrupted run."""
+    data, expected = slow_start
+    out, checkpoint = tmp_path / "result.h5", tmp_path / "result.checkpoint.h5"
+    job = submit(JOBS / "nkmeans.sbatch", tmp_path,
+                 {"NKMPI_DATA": str(data), "NKMPI_K": str(SLOW_START["k"]), "NKMPI_OUT": str(out),
+                  "NKMPI_ARGS": " ".join(SLOW_START["args"])}, "--ntasks=2", "--time=60")
+    try:
+        wait_until(lambda: f"job {job} starts, attempt 1" in job_log(tmp_path, job) or finished(job), 1200,
+                   f"job {job} to start", interval=0.1)
+        header_first = HEADER.search(job_log(tmp_path, job)) is not None
+        sent = signal_batch(job, name)
+        assert sent.returncode == 0, f"{sent.stderr}\n{job_log(tmp_path, job)}"
+        wait_until(lambda: finished(job), 1500, f"the end of job {job}")
+    finally:
+        subprocess.run(["scancel", job], check=False)
+    log = job_log(tmp_path, job)
+    assert job_info(job).get("JobState") == "COMPLETED", log
+    assert f"nkmeans.sbatch: got SIG{name}" in log, log
+    assert f"job {job} starts, attempt 2" in log, log
+    first_attempt = log.split(f"job {job} starts, attempt 2")[0]
+    stopped_in_start_up = STOPPED_IN_START_UP in first_attempt
+    if header_first and not stopped_in_start_up:
+        # The header came before the signal (the data's size makes that impossible in practice)
+        # and the run reached its first iteration: it checkpointed, as in the test above.
+        assert "nkmpi: stopped by a signal; resume with --resume" in first_attempt, log
+        assert f"requeueing job {job}, which resumes from the checkpoint {checkpoint}" in first_attempt, log
+        assert f"nkmeans.sbatch: resuming from {checkpoint}" in log, log
+    else:
+        # Signalled before the ranks had even read the data: they stop in their start-up.
+        assert stopped_in_start_up, log
+        assert (f"the run stopped on request (status 3); requeueing job {job}, which starts afresh: "
+                "there is no checkpoint") in first_attempt, log
+        assert "resuming from" not in log and "resumes from" not in log, log
+        assert not checkpoint.exists(), log
+        assert "resumed_at_iteration" not in read_result(out)["attrs"], log
+    result = read_result(out)
     np.testing.assert_array_equal(result["centers"], expected["centers"])
     np.testing.assert_array_equal(result["assignments"], expected["assignments"])
