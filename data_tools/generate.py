@@ -10,19 +10,30 @@ place.  Memory stays at a few chunks whatever the number of points.
 """
 
 import argparse
-import os
+import math
 import sys
 
-import h5py
 import numpy as np
 from tqdm import tqdm
 
-from nkmpi.errors import InputError
+from nkmpi.errors import InputError, Parser
 from nkmpi.graph import GRAPH_SPECS, build_network
-from nkmpi.io import DATASET_FORMAT, DATASET_VERSION
+from nkmpi.io import coordinate_limit, open_dataset
 
-from .dataset import finish_command
-from .partition import PARTITIONS, parse_partition
+from .dataset import (
+    check_outputs,
+    check_space,
+    command,
+    dataset_file,
+    describe,
+    graph_file,
+    whole_output,
+)
+from .partition import PARTITIONS, check_split, parse_partition
+
+#: Standard deviations no normal draw reaches (each does with probability 1.5e-23): a blob's
+#: points lie within TAIL * sqrt(p) * spread of its mean, whatever its rotation.
+TAIL = 10
 
 
 class Blobs:
@@ -32,8 +43,10 @@ class Blobs:
                  anisotropy=1.0, seed=0):
         rng = np.random.default_rng([seed, 0])
         self.means = rng.uniform(-separation, separation, size=(n_clusters, n_features))
-        # Cluster k is imbalance**(k/(K-1)) times as likely as cluster 0.
-        weights = imbalance ** (np.arange(n_clusters) / max(n_clusters - 1, 1))
+        # Cluster k is imbalance**(k/(K-1)) times as likely as cluster 0; in logarithms,
+        # the largest weight 1, so that no imbalance overflows their sum.
+        log_weights = np.log(imbalance) * np.arange(n_clusters) / max(n_clusters - 1, 1)
+        weights = np.exp(log_weights - log_weights.max())
         self.weights = weights / weights.sum()
         self.shapes = None
         if anisotropy != 1.0:
@@ -60,13 +73,41 @@ def chunk_streams(seed, chunk):
     return (np.random.default_rng([seed, 1, chunk, s]) for s in range(3))
 
 
+def check_shape(spread, separation, imbalance, anisotropy):
+    """Refuse blobs no Gaussian mixture has: NaN or infinite sizes, negative widths, axis ratios
+    below 1, cluster weight ratios of 0."""
+    rules = (("--spread", spread, spread >= 0, ">= 0"), ("--separation", separation, separation >= 0, ">= 0"),
+             ("--imbalance", imbalance, imbalance > 0, "> 0"), ("--anisotropy", anisotropy, anisotropy >= 1, ">= 1"))
+    for name, value, ok, bound in rules:
+        if not (ok and math.isfinite(value)):
+            raise InputError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
 def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", spread=1.0,
              separation=10.0, imbalance=1.0, anisotropy=1.0, dtype="float64", graph=None, seed=0,
              chunk_rows=None, progress=False):
-    """Write a dataset v1 file of blobs split over agents; returns its agent offsets."""
+    """Write a dataset v1 file of blobs split over agents; returns its agent offsets.
+
+    Every option is checked before any work, so that what is written is a file nkmpi takes;
+    nkmpi's loader checks it once more before it takes its name.
+    """
+    check_outputs([out], {"the edge file": graph_file(graph)})
+    check_split(n_agents, seed)
     if n_points < 1 or n_clusters < 1 or n_features < 1:
         raise InputError("points, clusters and features must all be at least 1")
+    if n_clusters > n_points:
+        raise InputError(f"{n_clusters} clusters need at least as many points, got {n_points}")
+    if chunk_rows is not None and chunk_rows < 1:
+        raise InputError(f"--chunk-rows must be at least 1, got {chunk_rows}")
+    check_shape(spread, separation, imbalance, anisotropy)
     dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise InputError(f"points are float32 or float64, not {dtype}")
+    check_space(out, n_points, n_features, dtype.itemsize, n_agents)
+    reach, limit = separation + TAIL * math.sqrt(n_features) * spread, coordinate_limit(dtype, n_features)
+    if not reach <= limit:
+        raise InputError(f"--separation {separation:g} and --spread {spread:g} put coordinates at up to "
+                         f"+-{reach:.3g}, beyond +-{limit:.3g}, where squared distances overflow {dtype}")
     model = Blobs(n_clusters, n_features, spread, separation, imbalance, anisotropy, seed)
     site_rng = np.random.default_rng([seed, 2])
     rules = parse_partition(partition, n_agents, n_clusters, site_rng,
@@ -92,36 +133,29 @@ def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", s
         counts += np.bincount(agents, minlength=n_agents)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     cursor = offsets[:-1].copy()
-    temporary = os.fspath(out) + ".partial"
-    try:
-        with h5py.File(temporary, "w") as f:
-            f.attrs["format"], f.attrs["version"] = DATASET_FORMAT, DATASET_VERSION
-            points_ds = f.create_dataset("points", (n_points, n_features), dtype=dtype)
-            labels_ds = f.create_dataset("labels", (n_points,), dtype=np.int64)
-            f["agent_offsets"] = offsets
-            if edges is not None:
-                f["graph/edges"] = edges
-            for labels, points, agents in chunks("writing"):
-                order = np.argsort(agents, kind="stable")
-                present, first = np.unique(agents[order], return_index=True)
-                bounds = np.append(first, len(order))
-                for agent, lo, hi in zip(present, bounds[:-1], bounds[1:]):
-                    rows = order[lo:hi]
-                    at = cursor[agent]
-                    points_ds[at:at + len(rows)] = points[rows]
-                    labels_ds[at:at + len(rows)] = labels[rows]
-                    cursor[agent] += len(rows)
-        os.replace(temporary, out)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+    with whole_output(out, check=open_dataset) as temporary, dataset_file(temporary) as f:
+        points_ds = f.create_dataset("points", (n_points, n_features), dtype=dtype)
+        labels_ds = f.create_dataset("labels", (n_points,), dtype=np.int64)
+        f["agent_offsets"] = offsets
+        if edges is not None:
+            f["graph/edges"] = edges
+        for labels, points, agents in chunks("writing"):
+            order = np.argsort(agents, kind="stable")
+            present, first = np.unique(agents[order], return_index=True)
+            bounds = np.append(first, len(order))
+            for agent, lo, hi in zip(present, bounds[:-1], bounds[1:]):
+                rows = order[lo:hi]
+                at = cursor[agent]
+                points_ds[at:at + len(rows)] = points[rows]
+                labels_ds[at:at + len(rows)] = labels[rows]
+                cursor[agent] += len(rows)
     return offsets
 
 
+@command
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m data_tools.generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m data_tools.generate", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="dataset v1 file to write")
     parser.add_argument("--points", type=int, default=10000, help="N (default 10000)")
     parser.add_argument("--clusters", type=int, default=6, help="K (default 6)")
@@ -142,12 +176,10 @@ def main(argv=None):
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk (default: 16 MB of points)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    return finish_command(lambda: generate(args.out, args.points, args.clusters, args.features, args.agents,
-                                           args.partition, args.spread, args.separation, args.imbalance,
-                                           args.anisotropy, args.dtype, args.graph, args.seed,
-                                           args.chunk_rows, progress=not args.quiet),
-                          args.out, args.partition,
-                          detail=f" x {args.features} features, {args.clusters} clusters")
+    offsets = generate(args.out, args.points, args.clusters, args.features, args.agents, args.partition,
+                       args.spread, args.separation, args.imbalance, args.anisotropy, args.dtype, args.graph,
+                       args.seed, args.chunk_rows, progress=not args.quiet)
+    describe(args.out, offsets, args.partition, detail=f" x {args.features} features, {args.clusters} clusters")
 
 
 if __name__ == "__main__":

@@ -56,11 +56,19 @@ class Partition:
         return self.sites.query(points[:, :2])[1].astype(np.int64)
 
 
-def parse_partition(spec, n_agents, n_clusters, rng, site_sampler=None):
-    """Parse a spec and draw its fixed parts.  `site_sampler(M)` gives agent sites for spatial."""
-    name, _, arg = spec.partition(":")
+def check_split(n_agents, seed):
+    """Refuse, before any work, what no partition can use: no agent, or a negative seed
+    (numpy's random streams take none)."""
     if n_agents < 1:
         raise InputError(f"need at least one agent, got {n_agents}")
+    if seed < 0:
+        raise InputError(f"the seed must be >= 0, got {seed}")
+
+
+def parse_partition(spec, n_agents, n_clusters, rng, site_sampler=None):
+    """Parse a spec and draw its fixed parts (`check_split` has passed).  `site_sampler(M)`
+    gives agent sites for spatial."""
+    name, _, arg = spec.partition(":")
     if name == "iid" and not arg:
         return Partition("iid", n_agents)
     if name == "by-cluster":
@@ -83,8 +91,8 @@ def parse_partition(spec, n_agents, n_clusters, rng, site_sampler=None):
             beta = float(arg)
         except ValueError:
             raise InputError(f"partition {spec!r}: expected dirichlet:beta with a number beta") from None
-        if not beta > 0:
-            raise InputError(f"partition {spec!r}: beta must be > 0")
+        if not 0 < beta < np.inf:
+            raise InputError(f"partition {spec!r}: beta must be a finite number > 0")
         shares = np.cumsum(rng.dirichlet(np.full(n_agents, beta), size=n_clusters), axis=1)
         return Partition("dirichlet", n_agents, shares=shares)
     if name == "spatial" and not arg:

@@ -17,6 +17,7 @@ PREFIX-weak.png (efficiency against ranks); oversubscribed runs are hollow.
 
 import argparse
 import csv
+import math
 import os
 import sys
 
@@ -24,23 +25,70 @@ import h5py
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from nkmpi.errors import InputError  # noqa: E402
-from nkmpi.io import open_dataset, read_result  # noqa: E402
+from nkmpi.errors import InputError, Parser
+from nkmpi.io import coordinate_limit, open_dataset, read_result
+
+from .dataset import check_outputs, command, reading, whole_output
+
+#: Dots per inch: at least 10, where a 7-point label is a pixel high (FreeType refuses less);
+#: at most 1000, a 12-inch figure 12000 pixels wide, which any machine draws.
+MIN_DPI, MAX_DPI = 10, 1000
+
+#: The metrics of a result that the convergence figure draws, against metrics/iteration.
+CURVES = (("objective", "objective Q^rho", "log"), ("edge_disagreement", "edge disagreement", "log"),
+          ("changed", "changed assignments", "symlog"))
+
+SCALING_COLUMNS = ("ranks", "seconds_per_iteration", "oversubscribed")
 
 
-def thinned_rows(info, result_path, max_points):
-    """Every step-th row's point, agent and final label (step so that at most max_points remain)."""
-    step = max(1, -(-info.n_points // max_points))
-    with h5py.File(info.path, "r") as f:
+def check_dpi(dpi):
+    if not MIN_DPI <= dpi <= MAX_DPI:
+        raise InputError(f"--dpi must be in {MIN_DPI}..{MAX_DPI}, got {dpi}")
+
+
+def save(fig, path):
+    """Write the figure to `path` whole, as a PNG, and close it; returns the path."""
+    try:
+        with whole_output(path) as temporary:
+            fig.savefig(temporary, format="png")
+    finally:
+        plt.close(fig)
+    return path
+
+
+def check_result(info, result, data, result_path):
+    """Refuse a result that is not one of this dataset's, or holds what cannot be drawn."""
+    centers, assignments = result["centers"], result["assignments"]
+    if (centers.shape[0], centers.shape[2], len(assignments)) != (info.n_agents, info.n_features, info.n_points):
+        raise InputError(f"{result_path} does not belong to {data}: agent, feature or point counts differ")
+    limit = coordinate_limit(info.dtype, info.n_features)
+    if centers.dtype.kind not in "iuf" or not (np.abs(centers) <= limit).all():
+        raise InputError(f"{result_path}: 'centers' must be numbers within +-{limit:.3g}")
+    if assignments.dtype.kind not in "iu" or not ((0 <= assignments) & (assignments < centers.shape[1])).all():
+        raise InputError(f"{result_path}: 'assignments' must be cluster ids 0..{centers.shape[1] - 1}")
+    for name in ("iteration",) + tuple(name for name, _, _ in CURVES):
+        values = result["metrics"][name]
+        if values.dtype.kind not in "biuf" or not np.isfinite(values).all():
+            raise InputError(f"{result_path}: 'metrics/{name}' must be finite numbers")
+
+
+def thinned_rows(info, assignments, max_points):
+    """Every step-th row's point, agent and final label (step so that at most max_points remain),
+    the points checked to be data nkmpi runs on (finite, within its coordinate limit)."""
+    step = -(-info.n_points // max_points)
+    with reading(info.path), h5py.File(info.path, "r") as f:
         points = f["points"][::step].astype(np.float64)
-    with h5py.File(result_path, "r") as f:
-        labels = f["assignments"][::step]
+    limit = coordinate_limit(info.dtype, info.n_features)
+    outside = np.flatnonzero(~(np.abs(points) <= limit).all(axis=1))
+    if outside.size:
+        raise InputError(f"{info.path}: points row {step * outside[0]} holds NaN, Inf or a coordinate beyond "
+                         f"+-{limit:.3g}")
     rows = np.arange(0, info.n_points, step)
     agents = np.searchsorted(info.offsets, rows, side="right") - 1
-    return points, agents, labels
+    return points, agents, assignments[::step]
 
 
 def projection(points):
@@ -50,7 +98,7 @@ def projection(points):
     if p <= 2:
         return mean * 0, np.eye(p, 2)
     _, _, vt = np.linalg.svd(points - mean, full_matrices=False)
-    return mean, vt[:2].T
+    return mean, vt[:2].T if len(vt) >= 2 else np.eye(p, 2)      # one point has one axis
 
 
 def plot_clusters(points, agents, labels, centers, out, size=(12, 5.5), dpi=100):
@@ -73,16 +121,13 @@ def plot_clusters(points, agents, labels, centers, out, size=(12, 5.5), dpi=100)
         ax.set_xlabel(labels_xy[0])
     left.set_ylabel(labels_xy[1])
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    save(fig, out)
 
 
 def plot_convergence(metrics, out, size=(12, 4), dpi=100):
     fig, axes = plt.subplots(1, 3, figsize=size, dpi=dpi)
     iteration = metrics["iteration"]
-    curves = [("objective", "objective Q^rho", "log"), ("edge_disagreement", "edge disagreement", "log"),
-              ("changed", "changed assignments", "symlog")]
-    for ax, (name, title, scale) in zip(axes, curves):
+    for ax, (name, title, scale) in zip(axes, CURVES):
         values = metrics[name]
         ax.plot(iteration, values, marker="." if len(values) < 50 else None)
         if scale == "log" and (values > 0).all():
@@ -93,32 +138,50 @@ def plot_convergence(metrics, out, size=(12, 4), dpi=100):
         ax.set_xlabel("iteration")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    save(fig, out)
 
 
 def plot_run(data, result_path, prefix, max_points=20000, dpi=100):
     """Write PREFIX-clusters.png and PREFIX-convergence.png; returns their paths."""
-    info = open_dataset(data)
-    result = read_result(result_path)
-    if result["centers"].shape[0] != info.n_agents or len(result["assignments"]) != info.n_points:
-        raise InputError(f"{result_path} does not belong to {data}: agent or point counts differ")
-    points, agents, labels = thinned_rows(info, result_path, max_points)
+    check_dpi(dpi)
+    if max_points < 1:
+        raise InputError(f"--max-points must be at least 1, got {max_points}")
     clusters, convergence = f"{prefix}-clusters.png", f"{prefix}-convergence.png"
+    check_outputs([clusters, convergence], {"the dataset": data, "the result": result_path})
+    info = open_dataset(data)
+    if info.n_points == 0:
+        raise InputError(f"{data}: no points to draw")
+    result = read_result(result_path)
+    check_result(info, result, data, result_path)
+    points, agents, labels = thinned_rows(info, result["assignments"], max_points)
     plot_clusters(points, agents, labels, result["centers"], clusters, dpi=dpi)
     plot_convergence(result["metrics"], convergence, dpi=dpi)
     return clusters, convergence
 
 
+def _timing(row):
+    """(ranks, seconds, oversubscribed) of a CSV row; None unless ranks is a count of MPI ranks
+    (a C int >= 1) and seconds a finite time > 0."""
+    try:
+        ranks, seconds = int(row["ranks"]), float(row["seconds_per_iteration"])
+        crowded = row["oversubscribed"] == "True"
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (ranks, seconds, crowded) if 1 <= ranks < 2**31 and 0 < seconds < math.inf else None
+
+
 def read_scaling(path):
-    with open(path, newline="") as f:
+    """(ranks, seconds per iteration, oversubscribed) of a jobs/scaling.py CSV, by ranks."""
+    with reading(path), open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
         raise InputError(f"{path}: no rows")
-    ranks = np.array([int(r["ranks"]) for r in rows])
-    seconds = np.array([float(r["seconds_per_iteration"]) for r in rows])
-    crowded = np.array([r["oversubscribed"] == "True" for r in rows])
-    order = np.argsort(ranks)
+    timings = [_timing(row) for row in rows]
+    if None in timings:
+        raise InputError(f"{path} row {timings.index(None) + 1}: expected the columns {', '.join(SCALING_COLUMNS)}, "
+                         "ranks an integer >= 1 and seconds a finite number > 0")
+    ranks, seconds, crowded = map(np.array, zip(*timings))
+    order = np.argsort(ranks, kind="stable")
     return ranks[order], seconds[order], crowded[order]
 
 
@@ -140,13 +203,16 @@ def _save(fig, axes, path):
         ax.legend()
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
     """Speed-up and efficiency PNGs from jobs/scaling.py's CSVs; returns their paths."""
+    if not (strong_csv or weak_csv):
+        raise InputError("give a strong- or a weak-scaling CSV, or both")
+    check_dpi(dpi)
+    check_outputs([f"{prefix}-{kind}.png" for kind, table in (("strong", strong_csv), ("weak", weak_csv)) if table],
+                  {"the strong-scaling CSV": strong_csv, "the weak-scaling CSV": weak_csv})
     written = []
     if strong_csv:
         ranks, seconds, crowded = read_scaling(strong_csv)
@@ -165,45 +231,39 @@ def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
     return written
 
 
+@command
 def main_scaling(argv):
-    parser = argparse.ArgumentParser(prog="python -m data_tools.plot scaling",
-                                     description="Speed-up and efficiency plots of jobs/scaling.py's CSVs.")
+    parser = Parser(prog="python -m data_tools.plot scaling",
+                    description="Speed-up and efficiency plots of jobs/scaling.py's CSVs.")
     parser.add_argument("strong", help="strong.csv (or - to skip)")
     parser.add_argument("weak", nargs="?", default=None, help="weak.csv")
     parser.add_argument("--out", default=None, help="prefix of the PNG files (default: next to the CSV)")
-    parser.add_argument("--dpi", type=int, default=100)
+    parser.add_argument("--dpi", type=int, default=100, help=f"{MIN_DPI}..{MAX_DPI} (default 100)")
     args = parser.parse_args(argv)
     strong = None if args.strong == "-" else args.strong
-    prefix = args.out or os.path.join(os.path.dirname(strong or args.weak) or ".", "scaling")
-    try:
-        for path in plot_scaling(strong, args.weak, prefix, args.dpi):
-            print(f"wrote {path}")
-    except (InputError, OSError, KeyError, ValueError) as exc:
-        print(f"nkmpi: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    prefix = args.out or os.path.join(os.path.dirname(strong or args.weak or "") or ".", "scaling")
+    for path in plot_scaling(strong, args.weak, prefix, args.dpi):
+        print(f"wrote {path}")
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "scaling":
-        return main_scaling(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m data_tools.plot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+@command
+def main_run(argv):
+    parser = Parser(prog="python -m data_tools.plot", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", help="dataset v1 file")
     parser.add_argument("result", help="result v1 file of a run on it")
     parser.add_argument("--out", default=None, help="prefix of the PNG files (default: RESULT without .h5)")
     parser.add_argument("--max-points", type=int, default=20000, help="rows drawn at most (default 20000)")
-    parser.add_argument("--dpi", type=int, default=100)
+    parser.add_argument("--dpi", type=int, default=100, help=f"{MIN_DPI}..{MAX_DPI} (default 100)")
     args = parser.parse_args(argv)
     prefix = args.out or os.path.splitext(args.result)[0]
-    try:
-        for path in plot_run(args.data, args.result, prefix, args.max_points, args.dpi):
-            print(f"wrote {path}")
-    except InputError as exc:
-        print(f"nkmpi: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    for path in plot_run(args.data, args.result, prefix, args.max_points, args.dpi):
+        print(f"wrote {path}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    return main_scaling(argv[1:]) if argv and argv[0] == "scaling" else main_run(argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ iteration, agreed on by all ranks, and reported once by rank 0 as
 the whole job, so no rank is left waiting in a collective.
 """
 
-import argparse
 import contextlib
 import os
 import pickle
@@ -19,7 +18,7 @@ from io import StringIO
 import numpy as np
 
 from . import __version__, stop
-from .errors import InputError, agree
+from .errors import InputError, Parser, agree
 from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, graph_stats,
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
@@ -32,13 +31,6 @@ from .seeding import MIN_GROUP
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
 EXIT_FAILURE = 1
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError instead of printing on every rank and exiting."""
-
-    def error(self, message):
-        raise InputError(f"{message} (see '{self.prog} --help')")
 
 
 def _add_run_options(parser):
@@ -93,9 +85,9 @@ def _add_run_options(parser):
 
 
 def make_parser():
-    parser = _Parser(prog="nkmpi", description="Networked K-means (NK-means) with distributed data.")
+    parser = Parser(prog="nkmpi", description="Networked K-means (NK-means) with distributed data.")
     parser.add_argument("--version", action="version", version=f"nkmpi {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     run = sub.add_parser("run", help="run NK-means under MPI (mpiexec -n R nkmpi run ...)")
     _add_run_options(run)
     run.add_argument("--threads", type=int, default=1,

@@ -7,6 +7,9 @@ raise the same InputError together instead of some waiting forever.
 """
 
 
+import argparse
+
+
 class InputError(ValueError):
     """Bad input or options: reported as `nkmpi: error: ...` with exit status 2.
 
@@ -43,3 +46,11 @@ def agree(comm, check, *args, **kwargs):
     if first is not None:
         raise InputError(first, collective=True)
     return result
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are InputErrors: one `nkmpi: error:` line and status 2 from
+    every command, and under MPI the ranks agree on them instead of each exiting."""
+
+    def error(self, message):
+        raise InputError(f"{message} (see '{self.prog} --help')")

@@ -127,6 +127,11 @@ def _parse_params(spec, text, allowed):
     return params
 
 
+def _require(condition, spec, what):
+    if not condition:
+        raise InputError(f"graph spec {spec!r}: {what}")
+
+
 def _torus(n_agents, rows=None):
     """2-D periodic grid rows x cols = M, as square as M allows unless rows is given."""
     if rows is None:
@@ -201,6 +206,8 @@ def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=
             raise InputError("graph spec file: needs a path, as in file:EDGES.txt")
         edges = _read_edge_file(arg)
     else:
+        if name in ("ring", "path", "complete", "star") and arg:
+            raise InputError(f"graph spec {spec!r}: {name} takes no parameters")
         if name == "ring":
             graph = nx.cycle_graph(m)
         elif name == "path":
@@ -213,16 +220,19 @@ def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=
             graph = _torus(m, **_parse_params(spec, arg, {"rows": int}))
         elif name == "er":
             p = _parse_params(spec, arg, {"p": float}).get("p", 0.2)
+            _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
             graph = nx.gnp_random_graph(m, p, seed=seed)
         elif name == "rgg":
             radius = _parse_params(spec, arg, {"radius": float}).get("radius", 0.3)
+            _require(0 < radius < np.inf, spec, f"radius must be a positive number, got {radius}")
             edges = random_geometric_edges(m, radius, seed)[0]
         elif name == "ws":
             params = _parse_params(spec, arg, {"k": int, "p": float})
             k = params.get("k", 4)
-            if not 0 <= k < m:
-                raise InputError(f"graph spec {spec!r}: k must be below the number of agents ({m})")
-            graph = nx.watts_strogatz_graph(m, k, params.get("p", 0.1), seed=seed)
+            p = params.get("p", 0.1)
+            _require(0 <= k < m, spec, f"k must be in 0..{m - 1} (below the number of agents)")
+            _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
+            graph = nx.watts_strogatz_graph(m, k, p, seed=seed)
         else:
             raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
         if name != "rgg":

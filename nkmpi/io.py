@@ -250,10 +250,14 @@ def check_output(path, run_id, attrs):
         raise InputError(f"output folder {folder} does not exist")
     probe = partial_name(path, run_id)
     try:
-        with h5py.File(probe, "w-") as f:
+        with open(probe, "x"):          # the name and the folder, in the system's own words
+            pass
+        with h5py.File(probe, "w") as f:
             f.attrs.update(attrs)
-    except (OSError, ValueError, TypeError) as exc:
-        raise InputError(f"cannot write {probe}: {getattr(exc, 'strerror', None) or exc}") from None
+    except OSError as exc:
+        raise InputError(f"cannot write {probe}: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"cannot store the run's parameters in {path}: {exc}") from None
     finally:
         if os.path.exists(probe):
             os.remove(probe)

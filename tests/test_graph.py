@@ -46,6 +46,9 @@ def test_self_loops_and_duplicates_dropped(tmp_path):
 @pytest.mark.parametrize("spec,message", [
     ("er:p=0.01", "not connected"), ("bogus", "unknown graph spec"), ("er:q=1", "expected p=..."),
     ("torus:rows=5", "does not divide"), ("dataset", "no graph/edges"), ("file:/nonexistent", "cannot read"),
+    ("ring:x=1", "takes no parameters"), ("er:p=2", r"p must be a probability"),
+    ("er:p=nan", "p must be a probability"), ("rgg:radius=-1", "radius must be a positive"),
+    ("ws:k=2,p=5", "p must be a probability"), ("ws:k=12", r"k must be in 0\.\.11"),
 ])
 def test_bad_specs_are_input_errors(spec, message):
     with pytest.raises(InputError, match=message):
