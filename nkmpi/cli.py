@@ -227,7 +227,7 @@ def run_rank(args, comm, options, entered, stop_requested):
     run_id = comm.bcast(io.new_run_id() if rank == 0 else None, root=0)
     info = agree(comm, io.open_dataset, args.data)
     options = agree(comm, options.resolve, info.n_points, info.n_agents)
-    agree(comm, options.check_features, info.n_features)
+    agree(comm, options.check_data, info.n_features, info.dtype)
     network = agree(comm, build_network, args.graph, info.n_agents, options.seed, info.edges)
     attrs = static_attrs(args, options, info, size)
     for path in (out, checkpoint_path):
@@ -411,7 +411,7 @@ def command_simulate(args):
     options = options_from(args)
     info, points = io.read_all(args.data)
     options = options.resolve(info.n_points, info.n_agents)
-    options.check_features(info.n_features)
+    options.check_data(info.n_features, info.dtype)
     check_enough_distinct([distinct_rows(points, options.n_clusters)], options.n_clusters)
     network = build_network(args.graph, info.n_agents, options.seed, info.edges)
     attrs = static_attrs(args, options, info, 1)
@@ -466,6 +466,9 @@ def command_summary(args):
     if not (len(centers) and np.isfinite(centers).all() and np.isfinite(start).all()):
         raise InputError(f"{args.result}: its centers are missing or not finite (a damaged file)")
     metrics = result["metrics"]
+    if not (np.isfinite(metrics["objective"][-1]) and np.isfinite(metrics["edge_disagreement"][-1])
+            and isinstance(attrs.get("iterations"), int)):
+        raise InputError(f"{args.result}: its metrics or iteration count are not numbers (a damaged file)")
     lloyd_centers, lloyd_iters = lloyd(points, start[0], max_iter=10000)
     best = centralized_cost(points, lloyd_centers)
     costs = np.array([centralized_cost(points, c) for c in centers]) / best

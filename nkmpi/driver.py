@@ -203,8 +203,7 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
         signal arrived): the ranks then agree on an iteration after which they all
         stop, interrupted (before the first: with `iterations` where they began).
     """
-    if options.rho is None:
-        options = options.resolve(comm.allreduce(len(points)), len(owner))
+    options = agree(comm, options.resolve, comm.allreduce(len(points)), len(owner))
     loop = _Loop(comm, points, offsets, agents, network, owner, options, stream, resume,
                  checkpoint, checkpoint_every, stop_requested)
     return loop.run_lloyd() if options.algorithm == "lloyd" else loop.run_nkmeans()

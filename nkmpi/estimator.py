@@ -103,7 +103,7 @@ class NKMeans:
             raise InputError(f"n_threads must be a positive integer, got {self.n_threads!r}")
         kernels.set_threads(self.n_threads)
         X, offsets = agree(comm, _rows_and_offsets, X, agent_offsets)
-        agree(comm, options.check_features, X.shape[1])
+        agree(comm, options.check_data, X.shape[1], X.dtype)
         n_local = len(offsets) - 1
         if agents is None:
             counts = comm.allgather(n_local)
@@ -117,6 +117,9 @@ class NKMeans:
         n_agents = len(ids)
 
         def check_agents():
+            if agents.shape != (n_local,):
+                raise InputError(f"agents must list this rank's {n_local} agents (one per agent_offsets "
+                                 f"interval), got shape {agents.shape}")
             if not np.array_equal(np.sort(ids), np.arange(n_agents)):
                 raise InputError("the ranks' agents must together be 0..M-1, each on one rank")
             if (np.diff(agents) <= 0).any():
@@ -161,7 +164,7 @@ def _rows_and_offsets(X, agent_offsets):
         if X.dtype not in (np.float32, np.float64):
             X = X.astype(np.float64)
         offsets = np.array([0, len(X)] if agent_offsets is None else agent_offsets, dtype=np.int64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"X and agent_offsets must be numeric arrays: {exc}") from None
     if X.ndim != 2 or X.shape[1] < 1:
         raise InputError(f"X must be 2-D (n, p) with p >= 1, has shape {X.shape}")

@@ -55,10 +55,20 @@ def kmeans_plusplus(points, n_clusters, rng):
         draw = rng.random() * closest.sum()
         pick = int(np.searchsorted(np.cumsum(closest), draw, side="right"))
         if pick >= points.shape[0] or closest[pick] == 0:   # rounding at the edge
-            pick = int(np.flatnonzero(closest)[-1])
+            far = np.flatnonzero(closest)
+            pick = int(far[-1]) if far.size else _unchosen_row(points, centers[:k])
         centers[k] = points[pick]
         closest = np.minimum(closest, ((points - centers[k]) ** 2).sum(axis=1))
     return centers
+
+
+def _unchosen_row(points, chosen):
+    """The first row equal to none of the `chosen` centers: k-means++'s pick when every
+    squared distance underflows to 0 (coordinates near 1e-160 and below)."""
+    for i, row in enumerate(points):
+        if not (row == chosen).all(axis=1).any():
+            return i
+    raise ValueError("no row differs from the chosen centers")
 
 
 def agent_seed(points, agent, n_clusters, seed):

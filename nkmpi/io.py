@@ -63,7 +63,7 @@ def open_dataset(path):
             return _read_metadata(path, f)
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as exc:    # a damaged file's surprises
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:    # a damaged file's surprises
         _fail(path, f"cannot read: {exc}")
 
 
@@ -149,7 +149,7 @@ def read_rows(info, first_agent, stop_agent):
     try:
         with h5py.File(info.path, "r") as f:
             rows = f["points"][start:stop]
-    except OSError as exc:
+    except (OSError, ValueError, TypeError, RuntimeError) as exc:
         _fail(info.path, f"cannot read rows {start}..{stop}: {exc}")
     check_rows(rows, info.path, start, info.offsets)
     return rows
@@ -361,7 +361,7 @@ def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
                      "attrs": {key: plain(value) for key, value in f.attrs.items()}}
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
         raise InputError(f"--resume {path}: cannot read the checkpoint: {exc}") from None
     n_agents, n_rows = stop_agent - first_agent, row_stop - row_start
     if (state["centers"].ndim != 3 or len(state["centers"]) != n_agents
@@ -389,9 +389,12 @@ def read_result(path):
             out["attrs"] = dict(f.attrs)
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
         raise InputError(f"{path}: cannot read the result: {exc}") from None
     centers, metrics = out["centers"], out["metrics"]
+    arrays = [out[name] for name in ("centers", "initial_centers", "assignments")] + list(metrics.values())
+    if not all(isinstance(a, np.ndarray) and a.dtype.kind in "iuf" for a in arrays):
+        raise InputError(f"{path}: the result's arrays are not all numeric arrays (a damaged or foreign file)")
     if (centers.ndim != 3 or out["initial_centers"].shape != centers.shape
             or out["assignments"].ndim != 1
             or any(np.ndim(metrics.get(name)) != 1 for name in METRICS)

@@ -1,5 +1,6 @@
 """The parameters that define an NK-means run, validated in one place."""
 
+import math
 from dataclasses import asdict, dataclass, replace
 from numbers import Integral, Real
 
@@ -23,6 +24,8 @@ MAX_ITERATIONS, MAX_REPEATS, MAX_CLUSTERS = 2**40, 2**20, 2**31 - 1
 #: The coupling (rho over the mean points per agent) must lie within these: beyond them one of
 #: a center's two pulls, its own points (n / rho) or its neighbours, is lost to rounding.
 COUPLING_RANGE = (1e-12, 1e12)
+#: At most this many stretches of constant rho in a rho schedule.
+MAX_STAGES = 1000
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,14 @@ class Options:
 
         need(count(self.n_clusters, 1, MAX_CLUSTERS),
              f"the number of clusters must be an integer in 1..{MAX_CLUSTERS}, got {self.n_clusters!r}")
-        need(self.rho is None or (isinstance(self.rho, Real) and np.isfinite(self.rho)
-                                  and self.rho > 0),
-             f"rho must be a positive finite number, got {self.rho!r}")
-        need(self.coupling is None or (isinstance(self.coupling, Real)
-                                       and np.isfinite(self.coupling) and self.coupling > 0),
+        def positive(value):
+            try:
+                return isinstance(value, Real) and 0 < float(value) < np.inf
+            except OverflowError:          # an int beyond float64
+                return False
+
+        need(self.rho is None or positive(self.rho), f"rho must be a positive finite number, got {self.rho!r}")
+        need(self.coupling is None or positive(self.coupling),
              f"coupling must be a positive finite number, got {self.coupling!r}")
         need(isinstance(self.alpha, Real) and 0 < self.alpha <= 1,
              f"alpha must be in (0, 1], got {self.alpha!r}")
@@ -169,18 +175,33 @@ class Options:
         else:
             resolved = replace(self, coupling=float(self.rho / per_agent))
         low, high = COUPLING_RANGE
-        if not low <= resolved.coupling <= high:
-            raise InputError(f"rho = {resolved.rho:g} is coupling {resolved.coupling:g} x the "
-                             f"{per_agent:g} mean points per agent; the coupling must be within "
-                             f"[{low:g}, {high:g}]: beyond, a center's pull to its own points or "
-                             "to its neighbours is lost to rounding")
+        for what, rho in [("rho", resolved.rho)] + ([("the rho schedule's start", self.rho_schedule[0])]
+                                                     if self.rho_schedule else []):
+            if not low <= rho / per_agent <= high:
+                raise InputError(f"{what} = {rho:g} is coupling {rho / per_agent:g} x the {per_agent:g} "
+                                 f"mean points per agent; the coupling must be within [{low:g}, {high:g}]: "
+                                 "beyond, a center's pull to its own points or to its neighbours is lost "
+                                 "to rounding")
+        if self.rho_schedule:
+            start, factor, _ = self.rho_schedule
+            if math.log(resolved.rho / start) / math.log(factor) > MAX_STAGES:
+                raise InputError(f"the rho schedule {start:g}:{factor!r} needs more than {MAX_STAGES} "
+                                 f"stretches to reach rho = {resolved.rho:g}: raise its factor")
         return resolved
 
-    def check_features(self, n_features):
-        """The initial centers, when given, must match the data's dimension."""
-        if not isinstance(self.init, str) and self.init.shape[1] != n_features:
+    def check_data(self, n_features, dtype):
+        """The initial centers, when given, must match the data's dimension and lie within
+        the coordinates the kernels take for data of `dtype` (io.coordinate_limit)."""
+        if isinstance(self.init, str):
+            return
+        if self.init.shape[1] != n_features:
             raise InputError(f"initial centers have {self.init.shape[1]} features, "
                              f"the data has {n_features}")
+        from .io import coordinate_limit
+        limit = coordinate_limit(dtype, n_features)
+        if not (np.abs(self.init) <= limit).all():
+            raise InputError(f"initial centers have a coordinate beyond +-{limit:.3g}, where squared "
+                             "distances overflow")
 
     def is_monitor_point(self, iteration):
         """Metrics are gathered every `monitor_every` iterations and at the last one."""

@@ -108,7 +108,7 @@ def simulate(points, offsets, network, options, stream=None):
     offsets = np.asarray(offsets, dtype=np.int64)
     rows = agent_rows(points, offsets)
     options = options.resolve(len(points), len(rows))
-    options.check_features(points.shape[1])
+    options.check_data(points.shape[1], points.dtype)
     centers = initial_centers(rows, network, options)
     monitor = Monitor(options, comm=None, stream=stream)
     if options.algorithm == "lloyd":

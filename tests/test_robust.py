@@ -6,7 +6,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,14 +41,12 @@ def same_run(a, b):
 @pytest.mark.parametrize("where", ["startup", "loop:5"])
 def test_failure_on_one_rank_ends_every_rank(dataset, tmp_path, n_ranks, failing_rank, where):
     out = tmp_path / "out.h5"
-    started = time.monotonic()
+    # A rank left waiting in a collective would hang until run_script's timeout fails the test.
     proc = run_script(n_ranks, SCRIPTS / "fail_on_one_rank.py", failing_rank, where, "run", dataset, "-k", 3,
                       "--iters", 10**6, "--tol", 0, "--out", out, timeout=60)
-    elapsed = time.monotonic() - started
     assert proc.returncode != 0
     assert f"rank {failing_rank} failed" in proc.stderr and "injected failure" in proc.stderr
     assert proc.stderr.count("nkmpi: error:") == 1, proc.stderr
-    assert elapsed < 30, elapsed                 # start-up included; a hang would hit the timeout
     assert not out.exists()
 
 
