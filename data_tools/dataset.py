@@ -8,6 +8,7 @@ import functools
 import os
 import shutil
 import sys
+import tokenize
 import zipfile
 import zlib
 
@@ -51,8 +52,8 @@ def reading(path):
         yield
     except InputError:
         raise
-    except (OSError, LookupError, ValueError, TypeError, EOFError, csv.Error, zipfile.BadZipFile,
-            zlib.error) as exc:
+    except (OSError, LookupError, ValueError, TypeError, EOFError, SyntaxError, tokenize.TokenError,
+            csv.Error, zipfile.BadZipFile, zlib.error) as exc:    # SyntaxError...: a garbled .npy header
         raise InputError(f"{path}: cannot read: {exc}") from None
 
 

@@ -12,6 +12,7 @@ import os
 import pickle
 import sys
 import time
+import tokenize
 import traceback
 from io import StringIO
 
@@ -134,8 +135,9 @@ def read_init(spec):
                 centers = f["centers"][()]
     except InputError:
         raise
-    except (OSError, ValueError, TypeError, EOFError, pickle.UnpicklingError) as exc:
-        raise InputError(f"--init {spec}: cannot read: {exc}") from None
+    except (OSError, ValueError, TypeError, EOFError, SyntaxError, tokenize.TokenError,
+            pickle.UnpicklingError, MemoryError) as exc:       # SyntaxError...: a garbled .npy header
+        raise InputError(f"--init {spec}: cannot read: {exc!r}") from None
     if not isinstance(centers, np.ndarray) or centers.dtype.kind not in "iuf":
         raise InputError(f"--init {spec}: expected a numeric (K, p) array, found "
                          f"{getattr(centers, 'dtype', type(centers).__name__)}")

@@ -40,6 +40,14 @@ def nan_in_last_agent(f):
     f["points"] = points
 
 
+def garbled_init(folder):
+    """--init file:PATH of a .npy whose header's shape tuple is left unclosed."""
+    path = folder / "garbled.npy"
+    np.save(path, np.ones((3, 3)))
+    path.write_bytes(path.read_bytes().replace(b"), }", b"(, }", 1))
+    return f"file:{path}"
+
+
 @pytest.mark.parametrize("make_args,message", [
     (lambda d, t: ["run", t / "missing.h5", "-k", 3], "no such file"),
     (lambda d, t: ["run", d, "-k", 0], "clusters must be an integer in 1.."),
@@ -48,6 +56,7 @@ def nan_in_last_agent(f):
     (lambda d, t: ["run", d, "-k", 3, "--graph", "dataset"], "no graph/edges"),
     (lambda d, t: ["run", d, "-k", 3, "--bogus"], "unrecognized arguments"),
     (lambda d, t: ["run", d, "-k", 3, "--init", "file:" + str(t / "none.npy")], "no such file"),
+    (lambda d, t: ["run", d, "-k", 3, "--init", garbled_init(t)], "cannot read: TokenError"),
     (lambda d, t: ["run", d, "-k", 500], "distinct points"),
     (lambda d, t: ["run", d, "-k", 3, "--out", t / "nodir" / "r.h5"], "does not exist"),
     (lambda d, t: ["run", d, "-k", 3, "--algorithm", "lloyd", "--init", "local"], "use --init network"),

@@ -339,6 +339,14 @@ def _h5(**datasets):
     return make
 
 
+def _garbled_header(make):
+    """The file `make` writes with its .npy header's shape tuple unclosed."""
+    def garble(path):
+        make(path)
+        path.write_bytes(path.read_bytes().replace(b"), }", b"(, }", 1))
+    return garble
+
+
 def _cut(make, size):
     """The file `make` writes, truncated to `size` bytes."""
     def cut(path):
@@ -362,6 +370,7 @@ GOOD = np.random.default_rng(0).standard_normal((20, 3))
     ("far.npy", _npy(np.array([[1e200, 0], [-1e200, 0]])), [], ["overflow"]),   # status 0
     ("cut.npy", _cut(_npy(GOOD), 100), [], ["cut.npy"]),                  # ValueError (EOF)
     ("zip.npy", _npz(x=GOOD), [], ["zip.npy"]),                           # ValueError (the archive's names)
+    ("garbled.npy", _garbled_header(_npy(GOOD)), [], ["garbled.npy"]),    # tokenize.TokenError
     ("empty.npz", _npz(), [], ["no arrays"]),                             # IndexError
     ("cut.npz", _cut(_npz(x=GOOD), 300), [], ["cut.npz"]),                # BadZipFile
     ("data.npz", _npz(x=GOOD, y=np.arange(20)), ["--labels-key", "nope"], ["nope"]),      # KeyError
