@@ -1,4 +1,4 @@
-"""HDF5 input and output: dataset v1 in, result v1 out (formats in DESIGN.md).
+"""HDF5 input and output: dataset v1 in, result v1 out (formats in the README, "Files").
 
 A rank opens the dataset, reads the O(M) metadata every rank needs (offsets,
 edges) and then only its own rows.  The result is written into one file by
@@ -22,6 +22,8 @@ from .monitor import METRICS
 
 DATASET_FORMAT, DATASET_VERSION = "nkmpi-dataset", 1
 RESULT_FORMAT, CHECKPOINT_FORMAT = "nkmpi-result", "nkmpi-checkpoint"
+#: The version of the result and checkpoint formats this nkmpi writes and reads.
+STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,7 @@ def _write_slices(temporary, comm, *, file_format, rows_name, rows_dtype, n_agen
         _, n_clusters, n_features = centers.shape
         with h5py.File(temporary, "w") as f:
             f.attrs["format"] = file_format
-            f.attrs["version"] = 1
+            f.attrs["version"] = STATE_VERSION
             f.attrs["nkmpi_version"] = __version__
             for key, value in attrs.items():
                 f.attrs[key] = value
@@ -344,6 +346,13 @@ def plain(value):
     return value
 
 
+def _check_version(what, f):
+    version = plain(f.attrs.get("version"))
+    if version != STATE_VERSION:
+        raise InputError(f"{what} version {version!r} is not supported (this nkmpi reads version "
+                         f"{STATE_VERSION})")
+
+
 def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
     """One rank's share of a checkpoint: its agents' centers, their initial centers,
     its rows' labels, and (small, for every rank) the metrics and attributes."""
@@ -354,6 +363,7 @@ def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
         with h5py.File(path, "r") as f:
             if plain(f.attrs.get("format")) != CHECKPOINT_FORMAT:
                 raise InputError(f"--resume {path}: not an nkmpi checkpoint")
+            _check_version(f"--resume {path}: checkpoint", f)
             state = {"centers": f["centers"][first_agent:stop_agent],
                      "initial_centers": f["initial_centers"][first_agent:stop_agent],
                      "labels": f["labels"][row_start:row_stop],
@@ -384,6 +394,7 @@ def read_result(path):
         with h5py.File(path, "r") as f:
             if plain(f.attrs.get("format")) != RESULT_FORMAT:
                 raise InputError(f"{path}: not an nkmpi result file")
+            _check_version(f"{path}: result", f)
             out = {name: f[name][()] for name in ("centers", "initial_centers", "assignments")}
             out["metrics"] = {name: f["metrics"][name][()] for name in f["metrics"]}
             out["attrs"] = dict(f.attrs)

@@ -2,7 +2,7 @@
 
 This is the oracle the MPI program is tested against and a small-scale
 simulator for users (`nkmpi simulate`, or `simulate()` from Python).  It
-follows DESIGN.md's equations agent by agent with no blocking, no
+follows the equations (README, "The algorithm") agent by agent with no blocking, no
 vectorization across agents and no MPI, using the same reduction orders the
 kernels promise (rows in dataset order, neighbours in ascending id), so the
 MPI run must match it to rounding, and in practice bit for bit.

@@ -144,3 +144,7 @@ def test_simulate_equals_run_and_summary(dataset, tmp_path):
     assert summary.returncode == 0, summary.stderr
     assert "iterations    25 (not converged)" in summary.stdout
     assert "centralized cost / centralized Lloyd" in summary.stdout
+    with h5py.File(tmp_path / "sim.h5", "r+") as f:        # a result from a later format
+        f.attrs["version"] = 2
+    summary = nkmpi("summary", tmp_path / "sim.h5")
+    assert summary.returncode == 2 and "result version 2 is not supported" in summary.stderr

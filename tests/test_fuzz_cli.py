@@ -1,7 +1,8 @@
 """Fuzz tests of every entry point: `nkmpi info`, `summary`, `simulate`, `run` (under mpiexec on
 1 and 2 ranks) and the NKMeans estimator, with hypothesis.
 
-The oracle is DESIGN.md's (Conventions; Invariants 5 and 6), whatever the input:
+The oracle is the project's promise (README: no hangs, nothing lost, bad input gets one error
+line and status 2), whatever the input:
 
 * status 0 with a valid result (nkmpi.io.read_result reads it; its centers and metrics are
   finite), or status 2 with exactly one line starting `nkmpi: error:` on stderr (one in all
