@@ -14,9 +14,9 @@ install:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 ifeq ($(MPI),system)
 	$(BIN)/python -m pip install --no-binary mpi4py --no-cache-dir mpi4py
-	$(BIN)/python -m pip install -e '.[test]'
+	$(BIN)/python -m pip install -e '.[test,plot,progress]'
 else
-	$(BIN)/python -m pip install -e '.[test,mpich]'
+	$(BIN)/python -m pip install -e '.[test,plot,progress,mpich]'
 endif
 	$(BIN)/python -c "from mpi4py import MPI; print('nkmpi: MPI library:', MPI.Get_library_version().splitlines()[0])"
 

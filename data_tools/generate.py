@@ -14,7 +14,6 @@ import math
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from nkmpi.errors import InputError, Parser
 from nkmpi.graph import GRAPH_SPECS, build_network
@@ -68,6 +67,24 @@ class Blobs:
         return (self.means[labels] + self.spread * noise).astype(dtype, copy=False)
 
 
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def progress_bar(total, what, shown):
+    """A tqdm bar on stderr when `shown` and tqdm is installed (the `progress` extra,
+    pip install 'nkmpi[progress]'); else one that shows nothing."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, unit="row", unit_scale=True, desc=what, disable=not shown, file=sys.stderr)
+
+
 def chunk_streams(seed, chunk):
     """Three independent streams of a chunk: labels, points, partition draws."""
     return (np.random.default_rng([seed, 1, chunk, s]) for s in range(3))
@@ -117,8 +134,7 @@ def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", s
     starts = range(0, n_points, chunk_rows)
 
     def chunks(what):
-        bar = tqdm(total=n_points, unit="row", unit_scale=True, desc=what, disable=not progress,
-                   file=sys.stderr)
+        bar = progress_bar(n_points, what, progress)
         for index, start in enumerate(starts):
             label_rng, point_rng, agent_rng = chunk_streams(seed, index)
             labels = model.labels(min(chunk_rows, n_points - start), label_rng)

@@ -22,10 +22,6 @@ import os
 import sys
 
 import h5py
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from nkmpi.errors import InputError, Parser
@@ -49,13 +45,25 @@ def check_dpi(dpi):
         raise InputError(f"--dpi must be in {MIN_DPI}..{MAX_DPI}, got {dpi}")
 
 
+def pyplot():
+    """matplotlib's pyplot on its file-only backend.  Plots are an extra
+    (pip install 'nkmpi[plot]'): nkmpi itself runs without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("plots need matplotlib: pip install 'nkmpi[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    return matplotlib.pyplot
+
+
 def save(fig, path):
     """Write the figure to `path` whole, as a PNG, and close it; returns the path."""
     try:
         with whole_output(path) as temporary:
             fig.savefig(temporary, format="png")
     finally:
-        plt.close(fig)
+        pyplot().close(fig)
     return path
 
 
@@ -105,7 +113,7 @@ def plot_clusters(points, agents, labels, centers, out, size=(12, 5.5), dpi=100)
     mean, axes = projection(points)
     xy = (points - mean) @ axes
     centers_xy = (centers.reshape(-1, centers.shape[-1]) - mean) @ axes
-    fig, (left, right) = plt.subplots(1, 2, figsize=size, dpi=dpi, sharex=True, sharey=True)
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=size, dpi=dpi, sharex=True, sharey=True)
     n_agents = int(agents.max()) + 1 if len(agents) else 1
     left.scatter(xy[:, 0], xy[:, 1], c=agents, cmap="tab20" if n_agents <= 20 else "turbo", s=4,
                  linewidths=0)
@@ -125,7 +133,7 @@ def plot_clusters(points, agents, labels, centers, out, size=(12, 5.5), dpi=100)
 
 
 def plot_convergence(metrics, out, size=(12, 4), dpi=100):
-    fig, axes = plt.subplots(1, 3, figsize=size, dpi=dpi)
+    fig, axes = pyplot().subplots(1, 3, figsize=size, dpi=dpi)
     iteration = metrics["iteration"]
     for ax, (name, title, scale) in zip(axes, CURVES):
         values = metrics[name]
@@ -217,7 +225,7 @@ def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
     if strong_csv:
         ranks, seconds, crowded = read_scaling(strong_csv)
         speedup = seconds[0] * ranks[0] / seconds
-        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=dpi)
+        fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4), dpi=dpi)
         _points(left, ranks, speedup, crowded, "nkmpi")
         left.plot(ranks, ranks, "--", color="gray", label="ideal")
         left.set(title="strong scaling: speed-up", xlabel="ranks", ylabel="speed-up")
@@ -225,7 +233,7 @@ def plot_scaling(strong_csv, weak_csv, prefix, dpi=100):
         written.append(_save(fig, (left, right), f"{prefix}-strong.png"))
     if weak_csv:
         ranks, seconds, crowded = read_scaling(weak_csv)
-        fig, ax = plt.subplots(figsize=(5, 4), dpi=dpi)
+        fig, ax = pyplot().subplots(figsize=(5, 4), dpi=dpi)
         _efficiency(ax, ranks, seconds[0] / seconds, crowded, "weak scaling: efficiency")
         written.append(_save(fig, (ax,), f"{prefix}-weak.png"))
     return written
@@ -240,6 +248,7 @@ def main_scaling(argv):
     parser.add_argument("--out", default=None, help="prefix of the PNG files (default: next to the CSV)")
     parser.add_argument("--dpi", type=int, default=100, help=f"{MIN_DPI}..{MAX_DPI} (default 100)")
     args = parser.parse_args(argv)
+    pyplot()                         # matplotlib present, before any work
     strong = None if args.strong == "-" else args.strong
     prefix = args.out or os.path.join(os.path.dirname(strong or args.weak or "") or ".", "scaling")
     for path in plot_scaling(strong, args.weak, prefix, args.dpi):
@@ -256,6 +265,7 @@ def main_run(argv):
     parser.add_argument("--max-points", type=int, default=20000, help="rows drawn at most (default 20000)")
     parser.add_argument("--dpi", type=int, default=100, help=f"{MIN_DPI}..{MAX_DPI} (default 100)")
     args = parser.parse_args(argv)
+    pyplot()                         # matplotlib present, before any work
     prefix = args.out or os.path.splitext(args.result)[0]
     for path in plot_run(args.data, args.result, prefix, args.max_points, args.dpi):
         print(f"wrote {path}")

@@ -452,3 +452,17 @@ def test_plot_draws_a_single_point(tmp_path, run_pair):
     status, err = tool(plot_main, *run_pair, "--out", tmp_path / "pic", "--max-points", 1, "--dpi", 10)
     assert status == 0, err
     assert png_size(tmp_path / "pic-clusters.png") == (120, 55)
+
+
+def test_core_and_data_tools_run_without_the_extras(tmp_path):
+    """nkmpi and `generate` need neither matplotlib nor tqdm; `plot` without matplotlib
+    says which extra to install, in one error line (status 2)."""
+    script = ("import sys\n"
+              "sys.modules['matplotlib'] = sys.modules['tqdm'] = None     # as if not installed\n"
+              "import nkmpi.cli, nkmpi.driver\n"
+              "from data_tools import generate, plot\n"
+              f"assert generate.main([{str(tmp_path / 'd.h5')!r}, '--points', '200', '--agents', '4']) == 0\n"
+              f"sys.exit(plot.main([{str(tmp_path / 'd.h5')!r}, {str(tmp_path / 'd.h5')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "nkmpi: error: plots need matplotlib: pip install 'nkmpi[plot]'"
