@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from nkmpi.errors import InputError, Parser
-from nkmpi.graph import build_network
+from nkmpi.graph import build_network, edge_file
 from nkmpi.io import check_rows
 
 from .dataset import (
@@ -33,7 +33,6 @@ from .dataset import (
     check_space,
     command,
     describe,
-    graph_file,
     group_by_agent,
     reading,
     write_dataset,
@@ -198,7 +197,7 @@ def standardized(points):
 def convert(source, out, n_agents, partition="iid", standardize=False, graph=None, seed=0,
             dtype=None, key=None, labels_key=None, **csv_options):
     """Read `source`, split it over agents and write dataset v1 to `out`; returns the offsets."""
-    check_outputs([out], {"the source": parse_source(source)[1], "the edge file": graph_file(graph)})
+    check_outputs([out], {"the source": parse_source(source)[1], "the edge file": edge_file(graph)})
     check_split(n_agents, seed)
     points, labels = read_source(source, key, labels_key, **csv_options)
     points = as_points(points, source, dtype)

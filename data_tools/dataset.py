@@ -19,6 +19,7 @@ from nkmpi.errors import InputError
 from nkmpi.io import (
     DATASET_FORMAT,
     DATASET_VERSION,
+    READ_ERRORS,
     check_output,
     new_run_id,
     open_dataset,
@@ -52,7 +53,7 @@ def reading(path):
         yield
     except InputError:
         raise
-    except (OSError, LookupError, ValueError, TypeError, EOFError, SyntaxError, tokenize.TokenError,
+    except (*READ_ERRORS, LookupError, EOFError, SyntaxError, tokenize.TokenError,
             csv.Error, zipfile.BadZipFile, zlib.error) as exc:    # SyntaxError...: a garbled .npy header
         raise InputError(f"{path}: cannot read: {exc}") from None
 
@@ -66,12 +67,6 @@ def check_outputs(paths, inputs):
             raise InputError(f"output {path!r} names no file")
         refuse_overwriting("output", path, inputs)
         check_output(path, new_run_id(), {})
-
-
-def graph_file(spec):
-    """The edge file a graph spec reads (file:PATH), else None."""
-    name, _, path = (spec or "").partition(":")
-    return path if name == "file" else None
 
 
 def check_space(path, n_points, n_features, itemsize, n_agents):

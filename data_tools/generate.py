@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from nkmpi.errors import InputError, Parser
-from nkmpi.graph import GRAPH_SPECS, build_network
+from nkmpi.graph import GRAPH_SPECS, build_network, edge_file
 from nkmpi.io import coordinate_limit, open_dataset
 
 from .dataset import (
@@ -25,7 +25,6 @@ from .dataset import (
     command,
     dataset_file,
     describe,
-    graph_file,
     whole_output,
 )
 from .partition import PARTITIONS, check_split, parse_partition
@@ -108,7 +107,7 @@ def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", s
     Every option is checked before any work, so that what is written is a file nkmpi takes;
     nkmpi's loader checks it once more before it takes its name.
     """
-    check_outputs([out], {"the edge file": graph_file(graph)})
+    check_outputs([out], {"the edge file": edge_file(graph)})
     check_split(n_agents, seed)
     if n_points < 1 or n_clusters < 1 or n_features < 1:
         raise InputError("points, clusters and features must all be at least 1")

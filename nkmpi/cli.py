@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__, stop
 from .errors import InputError, Parser, agree
-from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, graph_stats,
+from .graph import (GRAPH_SPECS, block_placement, build_network, default_spec, edge_file, graph_stats,
                     owners_from_bounds)
 from .init import check_enough_distinct, distinct_rows
 from .io import FINGERPRINTS
@@ -186,7 +186,8 @@ def output_paths(args):
     """
     from . import io
     out = args.out or sibling(args.data, ".result.h5")
-    inputs = {"the dataset": args.data, "the --init file": init_file(args.init)}
+    inputs = {"the dataset": args.data, "the --init file": init_file(args.init),
+              "the --graph edge file": edge_file(args.graph)}
     io.refuse_overwriting("--out", out, {**inputs, "the --resume checkpoint": getattr(args, "resume", None)})
     if not hasattr(args, "checkpoint"):
         return out, None

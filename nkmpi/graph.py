@@ -180,6 +180,12 @@ def random_geometric_edges(n_agents, radius, seed=0):
     return edges.astype(np.int64).reshape(-1, 2), positions
 
 
+def edge_file(spec):
+    """The edge file a graph spec reads (file:PATH), else None: an input no output may replace."""
+    name, _, path = (spec or "").partition(":")
+    return path if name == "file" and path else None
+
+
 def default_spec(spec, dataset_edges):
     """The graph a run uses: the spec given, else the dataset's own graph, else a ring."""
     if spec is not None:

@@ -21,6 +21,8 @@ from .errors import InputError
 from .monitor import METRICS
 
 DATASET_FORMAT, DATASET_VERSION = "nkmpi-dataset", 1
+#: What h5py raises on a damaged or unexpected file (RuntimeError: HDF5's own complaints).
+READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 RESULT_FORMAT, CHECKPOINT_FORMAT = "nkmpi-result", "nkmpi-checkpoint"
 #: The version of the result and checkpoint formats this nkmpi writes and reads.
 STATE_VERSION = 1
@@ -65,7 +67,7 @@ def open_dataset(path):
             return _read_metadata(path, f)
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:    # a damaged file's surprises
+    except READ_ERRORS as exc:
         _fail(path, f"cannot read: {exc}")
 
 
@@ -151,7 +153,7 @@ def read_rows(info, first_agent, stop_agent):
     try:
         with h5py.File(info.path, "r") as f:
             rows = f["points"][start:stop]
-    except (OSError, ValueError, TypeError, RuntimeError) as exc:
+    except READ_ERRORS as exc:
         _fail(info.path, f"cannot read rows {start}..{stop}: {exc}")
     check_rows(rows, info.path, start, info.offsets)
     return rows
@@ -371,7 +373,7 @@ def read_checkpoint(path, first_agent, stop_agent, row_start, row_stop):
                      "attrs": {key: plain(value) for key, value in f.attrs.items()}}
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+    except READ_ERRORS as exc:
         raise InputError(f"--resume {path}: cannot read the checkpoint: {exc}") from None
     n_agents, n_rows = stop_agent - first_agent, row_stop - row_start
     if (state["centers"].ndim != 3 or len(state["centers"]) != n_agents
@@ -400,7 +402,7 @@ def read_result(path):
             out["attrs"] = dict(f.attrs)
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+    except READ_ERRORS as exc:
         raise InputError(f"{path}: cannot read the result: {exc}") from None
     centers, metrics = out["centers"], out["metrics"]
     arrays = [out[name] for name in ("centers", "initial_centers", "assignments")] + list(metrics.values())

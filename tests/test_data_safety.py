@@ -62,6 +62,12 @@ def _init_file(d, t):
     return ["--init", f"file:{t / 'centers.npy'}", "--out", t / "centers.npy"]
 
 
+def _edge_file(d, t):
+    edges = t / "edges.txt"
+    edges.write_text("".join(f"{a} {(a + 1) % 12}\n" for a in range(12)))
+    return ["--graph", f"file:{edges}", "--out", edges]
+
+
 def _resumed(d, t):
     (t / "ck.h5").write_bytes(d.read_bytes())
     return ["--resume", t / "ck.h5", "--out", t / "ck.h5"]
@@ -77,6 +83,7 @@ ALIASES = {
     "checkpoint is the result": (lambda d, t: ["--out", t / "o.h5", "--checkpoint", t / "o.h5"],
                                  "is the result"),
     "out is the init file": (_init_file, "is the --init file"),
+    "out is the graph's edge file": (_edge_file, "is the --graph edge file"),
     "out is the resumed checkpoint": (_resumed, "is the --resume checkpoint"),
 }
 
