@@ -1,1 +1,1 @@
-"""Making and converting nkmpi datasets (dataset v1, see README)."""
+"""Making and converting nkmpi datasets (dataset v1, see docs/formats.md)."""

@@ -26,17 +26,9 @@ import numpy as np
 
 from nkmpi.errors import InputError, Parser
 from nkmpi.graph import build_network, edge_file
-from nkmpi.io import check_rows
+from nkmpi.formats.dataset import check_rows, write_dataset
 
-from .dataset import (
-    check_outputs,
-    check_space,
-    command,
-    describe,
-    group_by_agent,
-    reading,
-    write_dataset,
-)
+from .dataset import check_outputs, check_space, command, describe, group_by_agent, reading
 from .partition import PARTITIONS, check_split, parse_partition
 
 SKLEARN_SETS = ("iris", "wine", "breast_cancer", "digits")

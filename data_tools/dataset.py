@@ -1,8 +1,7 @@
-"""What every data tool shares: dataset v1 files written whole (the reader is nkmpi.io),
-outputs checked before any work, and the command-line frame that turns bad input into one
-`nkmpi: error: ...` line and exit status 2."""
+"""What every data tool shares: outputs checked before any work, and the command-line frame
+that turns bad input into one `nkmpi: error: ...` line and exit status 2.  The files they
+write and read are nkmpi's own formats (nkmpi.formats)."""
 
-import contextlib
 import csv
 import functools
 import os
@@ -12,20 +11,11 @@ import tokenize
 import zipfile
 import zlib
 
-import h5py
 import numpy as np
 
 from nkmpi.errors import InputError
-from nkmpi.io import (
-    DATASET_FORMAT,
-    DATASET_VERSION,
-    READ_ERRORS,
-    check_output,
-    new_run_id,
-    open_dataset,
-    partial_name,
-    refuse_overwriting,
-)
+from nkmpi.formats import hdf5
+from nkmpi.formats.hdf5 import READ_ERRORS, check_output, new_run_id, refuse_overwriting
 
 
 def command(main):
@@ -45,23 +35,22 @@ def command(main):
     return run
 
 
-@contextlib.contextmanager
+#: What reading a damaged or unexpected source raises: h5py's (READ_ERRORS), and numpy's,
+#: csv's and zipfile's (SyntaxError and TokenError: a garbled .npy header).
+SOURCE_ERRORS = (*READ_ERRORS, LookupError, EOFError, SyntaxError, tokenize.TokenError, csv.Error,
+                 zipfile.BadZipFile, zlib.error)
+
+
 def reading(path):
-    """Turn what h5py, numpy, csv and zipfile raise on a damaged or unexpected file into an
-    InputError naming it.  Only around reading code: elsewhere a bug must show its traceback."""
-    try:
-        yield
-    except InputError:
-        raise
-    except (*READ_ERRORS, LookupError, EOFError, SyntaxError, tokenize.TokenError,
-            csv.Error, zipfile.BadZipFile, zlib.error) as exc:    # SyntaxError...: a garbled .npy header
-        raise InputError(f"{path}: cannot read: {exc}") from None
+    """Turn what reading `path` raises (SOURCE_ERRORS) into an InputError naming it.  Only
+    around reading code: elsewhere a bug must show its traceback."""
+    return hdf5.reading(f"{path}: cannot read", SOURCE_ERRORS)
 
 
 def check_outputs(paths, inputs):
-    """Before any work: every output can be written (nkmpi.io.check_output probes a temporary
-    name like whole_output's) and replaces none of `inputs` ({what: path or None}), not through
-    a link either."""
+    """Before any work: every output can be written (check_output probes a temporary name like
+    the one atomic_file writes) and replaces none of `inputs` ({what: path or None}), not
+    through a link either."""
     for path in map(os.fspath, paths):
         if not os.path.basename(path):
             raise InputError(f"output {path!r} names no file")
@@ -76,46 +65,6 @@ def check_space(path, n_points, n_features, itemsize, n_agents):
     if needed > free:
         raise InputError(f"output {path}: {n_points} points of {n_features} features over {n_agents} agents "
                          f"need {needed / 1e9:.3g} GB, its folder has {free / 1e9:.3g} GB free")
-
-
-@contextlib.contextmanager
-def whole_output(path, check=None):
-    """Write `path` whole: the body writes the temporary file this yields (this run's own, in the
-    same folder), which takes `path`'s place once written and accepted by `check`; on any
-    failure it is removed and `path` stays as it was."""
-    temporary = partial_name(path, new_run_id())
-    try:
-        yield temporary
-        if check is not None:
-            check(temporary)
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)
-
-
-def dataset_file(temporary):
-    """A new dataset v1 file open for writing, its format attributes set."""
-    f = h5py.File(temporary, "w")
-    f.attrs["format"], f.attrs["version"] = DATASET_FORMAT, DATASET_VERSION
-    return f
-
-
-def write_dataset(path, points, agent_offsets, labels=None, edges=None):
-    """Write a dataset v1 file whole; nkmpi's own loader checks it before it takes its name.
-
-    points (N, p) float32/float64 grouped by agent; agent_offsets (M+1,);
-    labels (N,) optional ground truth; edges (E, 2) optional agent graph.
-    """
-    with whole_output(path, check=open_dataset) as temporary, dataset_file(temporary) as f:
-        f.create_dataset("points", data=points)
-        f.create_dataset("agent_offsets", data=np.asarray(agent_offsets, dtype=np.int64))
-        if labels is not None:
-            f.create_dataset("labels", data=np.asarray(labels, dtype=np.int64))
-        if edges is not None:
-            f.create_dataset("graph/edges", data=np.asarray(edges, dtype=np.int64).reshape(-1, 2))
 
 
 def group_by_agent(agent_of_row, n_agents, *arrays):

@@ -16,17 +16,10 @@ import sys
 import numpy as np
 
 from nkmpi.errors import InputError, Parser
-from nkmpi.graph import GRAPH_SPECS, build_network, edge_file
-from nkmpi.io import coordinate_limit, open_dataset
+from nkmpi.graph import TOPOLOGIES, build_network, edge_file
+from nkmpi.formats.dataset import coordinate_limit, write_dataset_rows
 
-from .dataset import (
-    check_outputs,
-    check_space,
-    command,
-    dataset_file,
-    describe,
-    whole_output,
-)
+from .dataset import check_outputs, check_space, command, describe
 from .partition import PARTITIONS, check_split, parse_partition
 
 #: Standard deviations no normal draw reaches (each does with probability 1.5e-23): a blob's
@@ -99,6 +92,21 @@ def check_shape(spread, separation, imbalance, anisotropy):
             raise InputError(f"{name} must be a finite number {bound}, got {value!r}")
 
 
+def placed(chunks, offsets):
+    """The rows of each (labels, points, agents) chunk, agent by agent, as (first row, points,
+    labels) blocks at their agent's place in the file (`offsets`), after the agent's rows of
+    earlier chunks."""
+    cursor = offsets[:-1].copy()
+    for labels, points, agents in chunks:
+        order = np.argsort(agents, kind="stable")
+        present, first = np.unique(agents[order], return_index=True)
+        bounds = np.append(first, len(order))
+        for agent, lo, hi in zip(present, bounds[:-1], bounds[1:]):
+            rows = order[lo:hi]
+            yield cursor[agent], points[rows], labels[rows]
+            cursor[agent] += len(rows)
+
+
 def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", spread=1.0,
              separation=10.0, imbalance=1.0, anisotropy=1.0, dtype="float64", graph=None, seed=0,
              chunk_rows=None, progress=False):
@@ -147,23 +155,8 @@ def generate(out, n_points, n_clusters, n_features, n_agents, partition="iid", s
     for _, _, agents in chunks("counting"):
         counts += np.bincount(agents, minlength=n_agents)
     offsets = np.concatenate([[0], np.cumsum(counts)])
-    cursor = offsets[:-1].copy()
-    with whole_output(out, check=open_dataset) as temporary, dataset_file(temporary) as f:
-        points_ds = f.create_dataset("points", (n_points, n_features), dtype=dtype)
-        labels_ds = f.create_dataset("labels", (n_points,), dtype=np.int64)
-        f["agent_offsets"] = offsets
-        if edges is not None:
-            f["graph/edges"] = edges
-        for labels, points, agents in chunks("writing"):
-            order = np.argsort(agents, kind="stable")
-            present, first = np.unique(agents[order], return_index=True)
-            bounds = np.append(first, len(order))
-            for agent, lo, hi in zip(present, bounds[:-1], bounds[1:]):
-                rows = order[lo:hi]
-                at = cursor[agent]
-                points_ds[at:at + len(rows)] = points[rows]
-                labels_ds[at:at + len(rows)] = labels[rows]
-                cursor[agent] += len(rows)
+    write_dataset_rows(out, (n_points, n_features), dtype, offsets, placed(chunks("writing"), offsets),
+                       has_labels=True, edges=edges)
     return offsets
 
 
@@ -186,7 +179,7 @@ def main(argv=None):
                         help="longest / shortest axis of each blob, randomly rotated (default 1: round)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--graph", default=None, metavar="SPEC",
-                        help="store this graph in graph/edges: " + ", ".join(GRAPH_SPECS[:-1]))
+                        help="store this graph in graph/edges: " + ", ".join(TOPOLOGIES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk (default: 16 MB of points)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -21,13 +21,14 @@ import math
 import os
 import sys
 
-import h5py
 import numpy as np
 
 from nkmpi.errors import InputError, Parser
-from nkmpi.io import coordinate_limit, open_dataset, read_result
+from nkmpi.formats.dataset import coordinate_limit, open_dataset, read_rows
+from nkmpi.formats.hdf5 import atomic_file
+from nkmpi.formats.result import read_result
 
-from .dataset import check_outputs, command, reading, whole_output
+from .dataset import check_outputs, command, reading
 
 #: Dots per inch: at least 10, where a 7-point label is a pixel high (FreeType refuses less);
 #: at most 1000, a 12-inch figure 12000 pixels wide, which any machine draws.
@@ -60,7 +61,7 @@ def pyplot():
 def save(fig, path):
     """Write the figure to `path` whole, as a PNG, and close it; returns the path."""
     try:
-        with whole_output(path) as temporary:
+        with atomic_file(path) as temporary:
             fig.savefig(temporary, format="png")
     finally:
         pyplot().close(fig)
@@ -87,13 +88,7 @@ def thinned_rows(info, assignments, max_points):
     """Every step-th row's point, agent and final label (step so that at most max_points remain),
     the points checked to be data nkmpi runs on (finite, within its coordinate limit)."""
     step = -(-info.n_points // max_points)
-    with reading(info.path), h5py.File(info.path, "r") as f:
-        points = f["points"][::step].astype(np.float64)
-    limit = coordinate_limit(info.dtype, info.n_features)
-    outside = np.flatnonzero(~(np.abs(points) <= limit).all(axis=1))
-    if outside.size:
-        raise InputError(f"{info.path}: points row {step * outside[0]} holds NaN, Inf or a coordinate beyond "
-                         f"+-{limit:.3g}")
+    points = read_rows(info, 0, info.n_agents, step).astype(np.float64)
     rows = np.arange(0, info.n_points, step)
     agents = np.searchsorted(info.offsets, rows, side="right") - 1
     return points, agents, assignments[::step]

@@ -20,7 +20,6 @@ Ranks are oversubscribed when the machine has fewer cores than ranks.
 
 import argparse
 import csv
-import os
 import statistics
 import subprocess
 import sys
@@ -28,11 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 
+from nkmpi.formats.dataset import write_dataset_rows
+from nkmpi.formats.hdf5 import atomic_file
+from nkmpi.formats.result import read_result
+from nkmpi.launch import BIN, launch_command, mpi_env
+
 HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
 
 
 def median_time(function, repeats):
@@ -45,17 +47,11 @@ def median_time(function, repeats):
 
 
 def mpi(n_ranks, *args, timeout=1800):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    command = [str(BIN / "mpiexec"), "-n", str(n_ranks), *map(str, args)]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    command = launch_command(n_ranks, args)
+    proc = subprocess.run(command, capture_output=True, text=True, env=mpi_env(), timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout
-
-
-def result_attrs(path):
-    with h5py.File(path, "r") as f:
-        return dict(f.attrs)
 
 
 def big_shard(rows):
@@ -138,7 +134,7 @@ def memory(rows, folder):
     subprocess.run([sys.executable, "-m", "data_tools.generate", data, "--points", "4000000", "--features",
                     "16", "--agents", "64", "--quiet"], check=True, capture_output=True)
     mpi(2, BIN / "nkmpi", "run", data, "-k", 8, "--iters", 5, "--quiet", "--out", result)
-    attrs = result_attrs(result)
+    attrs = read_result(result)["attrs"]
     shard = attrs["rank_shard_bytes"].max()
     peak = attrs["rank_peak_memory_bytes"].max()
     allowance = 8 * 2**20
@@ -164,19 +160,16 @@ def sensor_network(rows, folder):
     data, result = folder / "sensors.h5", folder / "sensors.result.h5"
     rng = np.random.default_rng(2)
     means = rng.uniform(-10, 10, (8, p))
-    with h5py.File(data, "w") as f:
-        f.attrs["format"], f.attrs["version"] = "nkmpi-dataset", 1
-        points = f.create_dataset("points", (n_agents * per, p), dtype=np.float64)
-        for start in range(0, n_agents * per, 1_000_000):
-            points[start:start + 1_000_000] = means[rng.integers(8, size=1_000_000)] + \
-                rng.standard_normal((1_000_000, p))
-        f["agent_offsets"] = np.arange(n_agents + 1, dtype=np.int64) * per
+    n_points, chunk = n_agents * per, 1_000_000
+    blocks = ((start, means[rng.integers(8, size=chunk)] + rng.standard_normal((chunk, p)), None)
+              for start in range(0, n_points, chunk))
+    write_dataset_rows(data, (n_points, p), np.float64, np.arange(n_agents + 1, dtype=np.int64) * per, blocks)
     started = time.perf_counter()
     # One center update per pass (--inner 1): the rate counts the paper's iterations.
     mpi(2, BIN / "nkmpi", "run", data, "-k", 8, "--graph", "rgg:radius=0.003", "--iters", 10,
         "--inner", 1, "--monitor-every", 5, "--quiet", "--out", result)
     wall = time.perf_counter() - started
-    attrs = result_attrs(result)
+    attrs = read_result(result)["attrs"]
     rate = attrs["iterations"] / attrs["seconds_loop"]
     rows.append(("6 sensor network 1M agents: set-up seconds", attrs["seconds_setup"], 60.0,
                  attrs["seconds_setup"] / 60.0, 1.0, "<="))
@@ -216,7 +209,7 @@ def main(argv=None):
     widths = [max(len(r[i]) for r in table + [header]) for i in range(len(header))]
     for line in [header] + table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)))
-    with open(args.csv, "w", newline="") as f:
+    with atomic_file(args.csv) as temporary, open(temporary, "w", newline="") as f:
         csv.writer(f).writerows([header] + table)
     print(f"wrote {args.csv}")
 

@@ -27,7 +27,8 @@ network = build_network("ring", size)
 kernels.set_threads(1)
 kernels.warm_up(points.dtype)
 options = Options(n_clusters=n_clusters, max_iter=ITERATIONS, tol=0.0, monitor_every=0,
-                  init=np.zeros((n_clusters, n_features)) + np.arange(n_clusters)[:, None])
+                  init=np.zeros((n_clusters, n_features)) + np.arange(n_clusters)[:, None]
+                  ).resolve(len(points) * size, size)
 
 comm.Barrier()
 result = run(comm, points, offsets, [rank], network, np.arange(size), options, stream=None)

@@ -29,7 +29,6 @@ data         iid and the non-IID partitions of data_tools, on synthetic blobs an
 import argparse
 import csv
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,12 +38,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from nkmpi.formats.dataset import open_dataset, read_all  # noqa: E402
+from nkmpi.formats.result import read_result  # noqa: E402
 from nkmpi.graph import build_network, graph_stats  # noqa: E402
-from nkmpi.io import open_dataset, read_all, read_result  # noqa: E402
+from nkmpi.launch import BIN, LAUNCHERS, launch_command, mpi_env  # noqa: E402
 from nkmpi.reference import centralized_cost, lloyd_step  # noqa: E402
 from quality import optimum, write_csv  # noqa: E402
 
-BIN = Path(sys.executable).parent
 EXPERIMENTS = ("rho", "topology", "alpha", "data")
 #: Fraction above the final objective that counts as reached.
 WITHIN = 1e-3
@@ -82,13 +82,8 @@ class Runner:
         key = hashlib.sha1(" ".join(map(str, [data, *args])).encode()).hexdigest()[:8]
         out = self.folder / "runs" / f"{name}-{key}.h5"
         if not out.exists():
-            if self.launcher == "srun":
-                command = ["srun", f"--ntasks={self.n_ranks}", "--mpi=pmi2"]
-            else:
-                command = [str(BIN / "mpiexec"), "-n", str(self.n_ranks)]
-            env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-            subprocess.run(command + [str(BIN / "nkmpi"), "run", str(data), "--quiet", "--out", str(out)]
-                           + paper_defaults(args) + [str(a) for a in args], check=True, env=env)
+            run = [BIN / "nkmpi", "run", data, "--quiet", "--out", out, *paper_defaults(args), *args]
+            subprocess.run(launch_command(self.n_ranks, run, self.launcher), check=True, env=mpi_env())
         return read_result(out)
 
     def dataset(self, name, command):
@@ -324,7 +319,7 @@ def main(argv=None):
     parser.add_argument("--out-dir", default="experiments")
     parser.add_argument("--only", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="mpiexec")
     parser.add_argument("--report-only", action="store_true", help="re-render REPORT.md and the plots")
     parser.add_argument("--quick", action="store_true",
                         help="a few settings of each experiment only (a smoke test, about a minute)")

@@ -24,7 +24,6 @@ import argparse
 import csv
 import hashlib
 import math
-import os
 import subprocess
 import sys
 import time
@@ -37,9 +36,10 @@ from sklearn.cluster import KMeans
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nkmpi.io import read_all, read_result  # noqa: E402
-
-BIN = Path(sys.executable).parent
+from nkmpi.formats.dataset import read_all  # noqa: E402
+from nkmpi.formats.hdf5 import atomic_file  # noqa: E402
+from nkmpi.formats.result import read_result  # noqa: E402
+from nkmpi.launch import BIN, launch_command, mpi_env  # noqa: E402
 
 #: Extra `nkmpi run` options nkmpi recommends where quality matters more than time:
 #: agents tied four times tighter than the default, and time to settle.
@@ -140,10 +140,8 @@ class Runner:
         key = hashlib.sha1(key.encode()).hexdigest()[:8]
         out = self.folder / "runs" / f"{name}-{key}.h5"
         if self.fresh or not out.exists():
-            env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-            proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(self.n_ranks), str(BIN / "nkmpi"), "run",
-                                   str(data), "--quiet", "--out", str(out), *args],
-                                  capture_output=True, text=True, env=env)
+            run = [BIN / "nkmpi", "run", data, "--quiet", "--out", out, *args]
+            proc = subprocess.run(launch_command(self.n_ranks, run), capture_output=True, text=True, env=mpi_env())
             if proc.returncode != 0:
                 return proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}"
         return read_result(out)
@@ -242,7 +240,7 @@ def check_targets(rows, datasets, failures):
 
 
 def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
+    with atomic_file(path) as temporary, open(temporary, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

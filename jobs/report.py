@@ -10,13 +10,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from nkmpi.formats.hdf5 import atomic_file  # noqa: E402
+
 
 def _save(fig, path):
     for ax in fig.axes:                      # log axes: label the decades only
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_file(path) as temporary:
+        fig.savefig(temporary, dpi=110, format="png")
     plt.close(fig)
     return path.name
 
@@ -207,5 +210,6 @@ def write_report(folder, tables, trace, n_ranks):
         parts.append(_target_line(data))
         if trace:
             parts.append(f"\n![acceleration]({plot_acceleration(trace, folder / 'acceleration.png')})\n")
-    (folder / "REPORT.md").write_text("\n".join(parts) + "\n")
+    with atomic_file(folder / "REPORT.md") as temporary, open(temporary, "w") as f:
+        f.write("\n".join(parts) + "\n")
     print(f"wrote {folder / 'REPORT.md'}")

@@ -23,9 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import h5py
+from nkmpi.formats.hdf5 import atomic_file
+from nkmpi.formats.result import read_result
+from nkmpi.launch import BIN, LAUNCHERS, launch_command, mpi_env
 
-BIN = Path(sys.executable).parent
 COLUMNS = ("mode", "ranks", "agents", "points", "iterations", "seconds_local", "seconds_exchange",
            "seconds_monitor", "seconds_per_iteration", "bytes_sent_per_rank", "oversubscribed")
 
@@ -39,22 +40,12 @@ def cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def launch(launcher, n_ranks, args):
-    if launcher == "srun":
-        command = ["srun", f"--ntasks={n_ranks}", "--cpus-per-task=1", "--mpi=pmi2"]
-    else:
-        command = [str(BIN / "mpiexec"), "-n", str(n_ranks)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    subprocess.run(command + [str(BIN / "nkmpi"), "run", *map(str, args)], check=True, env=env)
-
-
 def measure(mode, n_ranks, data, args, folder):
     out = folder / f"{mode}-{n_ranks}.result.h5"
-    launch(args.launcher, n_ranks, [data, "-k", args.clusters, "--graph", args.graph, "--iters", args.iters,
-                                    "--tol", 0, "--monitor-every", args.monitor_every, "--quiet",
-                                    "--out", out])
-    with h5py.File(out, "r") as f:
-        a = dict(f.attrs)
+    run = [BIN / "nkmpi", "run", data, "-k", args.clusters, "--graph", args.graph, "--iters", args.iters,
+           "--tol", 0, "--monitor-every", args.monitor_every, "--quiet", "--out", out]
+    subprocess.run(launch_command(n_ranks, run, args.launcher), check=True, env=mpi_env())
+    a = read_result(out)["attrs"]
     iterations = int(a["iterations"])
     local = (a["rank_seconds_local"] + a["rank_seconds_update"]).max() / iterations
     return {"mode": mode, "ranks": n_ranks, "agents": int(a["n_agents"]), "points": int(a["n_points"]),
@@ -78,7 +69,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("strong", "weak", "both"), default="both")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="mpiexec")
     parser.add_argument("--points", type=int, default=800_000, help="strong scaling: total points")
     parser.add_argument("--points-per-rank", type=int, default=400_000, help="weak scaling: points per rank")
     parser.add_argument("--agents-per-rank", type=int, default=16)
@@ -105,7 +96,7 @@ def main(argv=None):
             row = rows[-1]
             print(f"{mode} {n_ranks} rank(s): {row['seconds_per_iteration'] * 1e3:.2f} ms/iteration"
                   + (" (oversubscribed)" if row["oversubscribed"] else ""), flush=True)
-        with open(folder / f"{mode}.csv", "w", newline="") as f:
+        with atomic_file(folder / f"{mode}.csv") as temporary, open(temporary, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
             writer.writerows(rows)

@@ -5,7 +5,8 @@ __version__ = "0.1.0"
 #: Public names and the module each lives in, loaded on first use: `nkmpi run`
 #: must reach its signal handlers (nkmpi.stop) before numpy or MPI load, and
 #: serial tools never initialize MPI (the estimator imports mpi4py).
-_LAZY = {"InputError": "errors", "Options": "options", "NKMeans": "estimator", "simulate": "reference"}
+_LAZY = {"InputError": "errors", "Stopped": "errors", "Options": "options", "NKMeans": "estimator",
+         "simulate": "reference"}
 
 
 def __getattr__(name):
@@ -15,4 +16,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'nkmpi' has no attribute {name!r}")
 
 
-__all__ = ["InputError", "NKMeans", "Options", "simulate", "__version__"]
+__all__ = ["InputError", "NKMeans", "Options", "Stopped", "simulate", "__version__"]

@@ -1,21 +1,30 @@
-"""The NK-means iteration loop of one rank, for the block of agents it hosts.
+"""The iteration loop of one rank, for the block of agents it hosts.
 
-Each iteration: start sending the block's centers x(t) to the neighbour
-ranks, run the local pass (reassign rows, accumulate cluster sums and counts)
-while they travel, wait for the neighbours' centers, and update.  At
-monitoring points the rank adds its share of the metrics and learns whether
-to stop.  Global collectives happen only at set-up, at monitoring points and
-when a checkpoint is written; a stop after a signal is agreed through the
-neighbour messages themselves.
+`run` sets up one of two algorithms on the block and drives it through one
+skeleton (`_Loop`): each iteration the algorithm's step, then the stop
+agreement (nkmpi.stop) and checkpoints; in the end the final labels and the
+rank's `BlockResult`.  A `monitor.PhaseTimer` times the phases of every step.
 
-Lloyd's baseline (options.algorithm 'lloyd') runs on the same rows and writes
-the same result, but replaces the neighbour exchange by one global reduction
-of the cluster totals per iteration: the exact centralized algorithm.
+NK-means (`_NKMeans`): each iteration starts sending the block's centers x(t)
+to the neighbour ranks (exchange.NeighbourExchange over a halo.HaloPlan), runs
+the local pass (reassign rows, accumulate cluster sums and counts) while they
+travel, waits for the neighbours' centers, and updates; then inner - 1 more
+exchanges and updates on the same partition.  At monitoring points the rank
+adds its share of the metrics and learns whether to stop.  Global collectives
+happen only at set-up, at monitoring points and when a checkpoint is written; a
+stop after a signal is agreed through the neighbour messages themselves.
+
+Lloyd's baseline (`_Lloyd`, options.algorithm 'lloyd') runs on the same rows
+and writes the same result, but replaces the neighbour exchange by one global
+reduction of the cluster totals per iteration: the exact centralized algorithm.
 """
 
+from __future__ import annotations
+
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TextIO
 
 import numpy as np
 from mpi4py import MPI
@@ -23,10 +32,13 @@ from mpi4py import MPI
 from . import kernels, seeding
 from .errors import InputError, agree
 from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
-from .graph import concat_ranges, spanning_tree
-from .init import adopt_from_neighbours, agent_seed, has_distinct
-from .monitor import LOOP_PHASES, Monitor
-
+from .faults import FaultModel
+from .graph import Network, concat_ranges, spanning_tree
+from .halo import HaloPlan, rank_graph_diameter
+from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct
+from .monitor import Monitor, PhaseTimer
+from .options import Options
+from .stop import StopAgreement
 
 #: Lloyd's baseline reads a block's rows in chunks of this many, whatever its agents.
 LLOYD_CHUNK_ROWS = 65536
@@ -41,12 +53,10 @@ class BlockResult:
         centers; for an interrupted run, the labels of the last assignment pass.
     metrics : dict of 1-D arrays on rank 0 (empty elsewhere).
     bytes_sent : bytes this rank sends to its neighbours per iteration.
-    seconds : this rank's time in each phase of the loop, summed over iterations:
-        'local' (assignment pass), 'exchange' (waiting for neighbours' centers,
-        the part of the exchange the local pass did not hide), 'update',
-        'monitor' (metrics and the stop decision); and 'initialization' (the
-        exchange plan and initial centers), 'checkpoint' (writing them) and 'loop'
-        (all iterations, wall).
+    seconds : this rank's time in each phase (monitor.PhaseTimer.seconds): each of
+        monitor.LOOP_PHASES summed over iterations, 'initialization' (the exchange
+        plan and initial centers), 'checkpoint' (writing them) and 'loop' (all
+        iterations, wall).
     interrupted : stopped on request (a signal) before the end: write a checkpoint.
     rho_stage : index into options.rho_stages() of the rho in use.
     """
@@ -63,27 +73,36 @@ class BlockResult:
     rho_stage: int = 0
 
 
-def seeding_agents(comm, points, offsets, agents, options):
-    """Block indices of the agents that seed k-means++, and with flood init the global id
-    of the run's one seeding agent (the lowest qualifying one, found by one allreduce;
-    None with local init)."""
+def agent_seeds(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
+                options: Options, only_first: bool) -> tuple[dict[int, np.ndarray], int | None]:
+    """The (K, p) seeds of the block's agents that seed from their own rows, by block index,
+    with the per-agent method options.init (init.AGENT_SEEDINGS).
+
+    The agents with at least K distinct rows seed; with `only_first` only the network's
+    lowest-numbered of them does (found by one allreduce), and its global id is returned
+    too (else None).
+    """
+    method, k = AGENT_SEEDINGS[options.init], options.n_clusters
     seeders, source = [], None
     for i in range(len(agents)):
-        if has_distinct(points[offsets[i]:offsets[i + 1]], options.n_clusters):
+        if has_distinct(points[offsets[i]:offsets[i + 1]], k):
             seeders.append(i)
-            if options.init == "flood":
+            if only_first:
                 break
-    if options.init == "flood":
+    if only_first:
         mine = int(agents[seeders[0]]) if seeders else np.iinfo(np.int64).max
         source = comm.allreduce(mine, op=MPI.MIN)
         seeders = [i for i in seeders if agents[i] == source]
     if comm.allreduce(len(seeders), op=MPI.SUM) == 0:
-        raise InputError(f"no agent holds {options.n_clusters} distinct points, so none can seed "
-                         "k-means++: lower -k or pass --init file:PATH", collective=True)
-    return seeders, source
+        raise InputError(f"no agent holds {k} distinct points, so none can seed k-means++: "
+                         "lower -k or pass --init file:PATH", collective=True)
+    seeds = {i: method.seed_agent(points[offsets[i]:offsets[i + 1]], int(agents[i]), k, options.seed)
+             for i in seeders}
+    return seeds, source
 
 
-def network_seeding(comm, points, offsets, agents, network, owner, options):
+def network_seeding(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
+                    network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
     """--init network (nkmpi.seeding) for this rank's agents; collective over `comm`.
 
     Every agent summarizes its rows; then, tree level by tree level from the
@@ -148,47 +167,44 @@ def network_seeding(comm, points, offsets, agents, network, owner, options):
     return centers
 
 
-def initial_centers(comm, exchange, points, offsets, agents, network, owner, options):
-    """The given centers, the network-wide seeding, or seeds (flood: only the lowest
-    qualifying agent; local: every qualifying one) then flood rounds over neighbour
-    exchanges until every agent has centers.  Writes into exchange.centers."""
+def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, offsets: np.ndarray,
+                    agents: np.ndarray, network: Network, owner: np.ndarray, options: Options) -> None:
+    """Each agent's initial centers, written into exchange.centers: the given ones, the
+    network-wide seeding, or a per-agent method's seeds then flood rounds over neighbour
+    exchanges until every agent has centers."""
     centers = exchange.centers
     if not isinstance(options.init, str):
         centers[:] = options.init
-        return
-    if options.init == "network":
+    elif options.init == NETWORK_SEEDING:
         centers[:] = network_seeding(comm, points, offsets, agents, network, owner, options)
-        return
-    centers[:] = np.nan
-    seeders, _ = seeding_agents(comm, points, offsets, agents, options)
-    for i in seeders:
-        centers[i] = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]),
-                                options.n_clusters, options.seed)
-    lacking = len(agents) - len(seeders)
-    while comm.allreduce(lacking, op=MPI.SUM) > 0:
-        ext = exchange.exchange()
-        lacking = adopt_from_neighbours(centers, ext, exchange.nbr_ptr, exchange.nbr_idx)
+    else:
+        centers[:] = np.nan
+        seeds, _ = agent_seeds(comm, points, offsets, agents, options, AGENT_SEEDINGS[options.init].only_first)
+        for i, seed in seeds.items():
+            centers[i] = seed
+        lacking = len(agents) - len(seeds)
+        while comm.allreduce(lacking, op=MPI.SUM) > 0:
+            exchange.exchange()
+            lacking = adopt_from_neighbours(centers, exchange.ext, exchange.plan.nbr_ptr, exchange.plan.nbr_idx)
 
 
-def shared_initial_centers(comm, points, offsets, agents, network, owner, options):
-    """Lloyd's one set of (K, p) centers: the given ones, the network-wide seeding, or
-    the k-means++ seed of the agent that flood init would spread (so both algorithms
-    start alike)."""
+def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
+                           network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
+    """Lloyd's one set of (K, p) centers: the given ones, the network-wide seeding, or the
+    seed of the agent that would seed alone with options.init's per-agent method (for
+    flood, the centers flood init spreads, so both algorithms start alike)."""
     if not isinstance(options.init, str):
         return np.array(options.init, dtype=np.float64)
-    if options.init == "network":
+    if options.init == NETWORK_SEEDING:
         return network_seeding(comm, points, offsets, agents, network, owner, options)
-    seeders, source = seeding_agents(comm, points, offsets, agents, options)
-    seed = None
-    if seeders:
-        i = seeders[0]
-        seed = agent_seed(points[offsets[i]:offsets[i + 1]], int(agents[i]), options.n_clusters,
-                          options.seed)
-    return comm.bcast(seed, root=int(owner[source]))
+    seeds, source = agent_seeds(comm, points, offsets, agents, options, only_first=True)
+    return comm.bcast(next(iter(seeds.values()), None), root=int(owner[source]))
 
 
-def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdout, resume=None,
-        checkpoint=None, checkpoint_every=0, stop_requested=None):
+def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray, network: Network,
+        owner: np.ndarray, options: Options, stream: TextIO | None = sys.stdout, resume: dict | None = None,
+        checkpoint: Callable[[BlockResult], None] | None = None, checkpoint_every: int = 0,
+        stop_requested: Callable[[], bool] | None = None) -> BlockResult:
     """Run NK-means (or Lloyd's baseline, by options.algorithm) on this rank's block;
     collective over `comm`.
 
@@ -196,213 +212,229 @@ def run(comm, points, offsets, agents, network, owner, options, stream=sys.stdou
     offsets : (L+1,) block-local row offsets of the agents.
     agents : (L,) ascending global ids of the block's agents.
     network : graph.Network over all agents; owner : (M,) rank of each agent.
-    resume : this rank's share of a checkpoint (io.read_checkpoint) to continue from.
+    options : resolved (Options.resolve) for the whole data, the same on every rank.
+    stream : where rank 0 writes progress lines (None: nowhere).
+    resume : this rank's share of a checkpoint to continue from.
     checkpoint : called as checkpoint(BlockResult) on every rank after each
         `checkpoint_every`-th iteration (not the last), to write it.
     stop_requested : polled before the first iteration and every iteration after (a
         signal arrived): the ranks then agree on an iteration after which they all
         stop, interrupted (before the first: with `iterations` where they began).
     """
-    options = agree(comm, options.resolve, comm.allreduce(len(points)), len(owner))
-    loop = _Loop(comm, points, offsets, agents, network, owner, options, stream, resume,
-                 checkpoint, checkpoint_every, stop_requested)
-    return loop.run_lloyd() if options.algorithm == "lloyd" else loop.run_nkmeans()
+    loop = _Loop(comm, points, offsets, agents, network, owner, options, stream, resume)
+    algorithm = _ALGORITHMS[options.algorithm](loop)
+    return loop.run(algorithm, stop_requested, checkpoint, checkpoint_every)
 
 
 class _Loop:
-    """State shared by the two iteration loops: rows, labels, timings, monitor."""
+    """The skeleton both algorithms run in, and what they share: the block's rows and
+    labels, the monitor and the phase timer.
 
-    def __init__(self, comm, points, offsets, agents, network, owner, options, stream, resume,
-                 checkpoint, checkpoint_every, stop_requested):
-        self.entered = time.perf_counter()
+    An algorithm is set up on a loop (initial centers, or those of `resume`) and has
+    stop_hops : iterations a stop deadline needs to reach every rank (StopAgreement).
+    iterate(iteration, stop) : one iteration, lapping the timer at the end of each of
+        LOOP_PHASES; True when the run has come to rest (converged).
+    pass_offsets, pass_centers : the offsets and centers the assignment pass reads.
+    block_centers() : (L, K, p) the block's current centers; start_centers : its initial ones.
+    rho_stage, bytes_sent : as in BlockResult; free() : release its MPI objects.
+    """
+
+    def __init__(self, comm, points, offsets, agents, network, owner, options, stream, resume):
+        self.timer = PhaseTimer()
         self.comm, self.points, self.options = comm, points, options
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.agents = np.asarray(agents, dtype=np.int64)
         self.network, self.owner = network, owner
         self.shape = (options.n_clusters, points.shape[1])
         self.resume = resume
-        self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
-        self.stop_requested = stop_requested or (lambda: False)
         self.monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
-        self.seconds = dict.fromkeys(LOOP_PHASES + ("checkpoint",), 0.0)
         if resume is None:
             self.labels = np.full(points.shape[0], -1, dtype=np.int32)
-            self.done, self.stage = 0, 0
+            self.done = 0
         else:
             self.labels = np.ascontiguousarray(resume["labels"], dtype=np.int32)
             self.done = int(resume["attrs"]["iteration"])
-            self.stage = int(resume["attrs"]["rho_stage"])
-        self.converged = False
 
-    def snapshot(self, centers, start_centers, iteration, bytes_sent, interrupted=False):
-        return BlockResult(centers, start_centers, self.labels, self.monitor.metrics(), iteration,
-                           self.converged, bytes_sent, self.seconds, interrupted, self.stage)
-
-    def add_times(self, **spent):
-        for phase, seconds in spent.items():
-            self.seconds[phase] += seconds
-
-    def stopped_during_setup(self):
-        """Whether a stop was requested on any rank during set-up (the seeding can take
-        a while): then the run ends before its first iteration, with nothing to save."""
-        return bool(self.comm.allreduce(bool(self.stop_requested()), op=MPI.LOR))
-
-    def checkpoint_due(self, iteration):
-        return (self.checkpoint is not None and self.checkpoint_every
-                and iteration % self.checkpoint_every == 0 and iteration < self.options.max_iter)
-
-    def at_rest(self, rested):
-        """A monitoring point found the stretch at rest: the end, or the next rho stretch."""
-        if rested and self.stage + 1 < len(self.options.rho_stages()):
-            self.stage += 1
-            return False
-        self.converged = rested
-        return rested
-
-    def run_nkmeans(self):
-        """Each iteration: start sending x(t), the local pass while it travels, wait,
-        update; then inner - 1 more exchanges and updates on the same partition."""
-        clock, options = time.perf_counter, self.options
-        exchange = NeighbourExchange(self.comm, self.network, self.owner, self.agents, self.shape)
-        if self.resume is None:
-            initial_centers(self.comm, exchange, self.points, self.offsets, self.agents,
-                            self.network, self.owner, options)
-            start_centers = exchange.centers.copy()
+    def run(self, algorithm: _NKMeans | _Lloyd, stop_requested: Callable[[], bool] | None,
+            checkpoint: Callable[[BlockResult], None] | None, checkpoint_every: int) -> BlockResult:
+        loop_started = self.timer.lap("initialization")
+        stop = StopAgreement(stop_requested, algorithm.stop_hops)
+        if stop.requested_anywhere(self.comm):
+            # Stopped during set-up (the seeding can take a while): nothing to save.
+            iteration, converged, interrupted = self.done, False, True
         else:
-            exchange.centers[:] = self.resume["centers"]
-            start_centers = self.resume["initial_centers"]
-        stages, q = options.rho_stages(), options.inner
-        n_points = self.comm.allreduce(len(self.points)) if options.rho_schedule else 0
-        statistics = kernels.accumulators(len(self.agents), *self.shape)
-        points, offsets, labels, agents, seconds = (self.points, self.offsets, self.labels,
-                                                    self.agents, self.seconds)
-        loop_started = clock()
-        seconds["initialization"] = loop_started - self.entered
-        if self.stopped_during_setup():
-            exchange.free()
-            return self.snapshot(exchange.centers, start_centers, self.done, 0, interrupted=True)
-
-        iteration, interrupted = self.done, False
-        for iteration in range(self.done + 1, options.max_iter + 1):
-            t0 = clock()
-            if exchange.control == np.inf and self.stop_requested():
-                exchange.control = iteration + exchange.rank_diameter
-            rho = stages[self.stage]
-            monitoring = options.is_monitor_point(iteration)
-            exchange.start()
-            centers = exchange.centers
-            sums, counts, sse, changed = kernels.assign_and_accumulate(points, offsets, centers, labels,
-                                                                       out=statistics)
-            t1 = clock()
-            ext = exchange.finish()
-            t2 = clock()
-            if monitoring:
-                disagreement = kernels.edge_disagreement(ext, exchange.edge_a, exchange.edge_b)
-                before = centers.copy() if q > 1 else centers
-            waited = t2 - t1
-            first_update = (iteration - 1) * q + 1
-            for step in range(q):            # the first update uses the exchange started above
-                if step:
-                    t_wait = clock()
-                    ext = exchange.exchange()
-                    waited += clock() - t_wait
-                    centers = exchange.centers
-                kernels.center_update(centers, ext, exchange.nbr_ptr, exchange.nbr_idx, sums, counts,
-                                      rho, options.alpha, out=exchange.spare, agent_ids=agents,
-                                      nbr_ids=exchange.nbr_ids, iteration=first_update + step,
-                                      seed=options.seed, link_failure_prob=options.link_failure_prob,
-                                      dropout_prob=options.dropout_prob)
-                exchange.swap()
-            t3 = clock()
-            stop = False
-            if monitoring:
-                rested = self.monitor.record(iteration, kernels.exact_partials(sse), disagreement,
-                                             changed, kernels.largest_move(before, exchange.centers), rho,
-                                             options.stage_rest(self.stage, n_points))
-                stop = self.at_rest(rested)
-            t4 = clock()
-            seconds["local"] += t1 - t0
-            seconds["exchange"] += waited
-            seconds["update"] += t3 - t1 - waited
-            seconds["monitor"] += t4 - t3
-            if stop:
-                break
-            if iteration >= exchange.control and iteration < options.max_iter:
-                interrupted = True
-                break
-            if self.checkpoint_due(iteration):
-                self.checkpoint(self.snapshot(exchange.centers, start_centers, iteration,
-                                              exchange.bytes_sent))
-                seconds["checkpoint"] += clock() - t4
-        seconds["loop"] = clock() - loop_started
+            iteration, converged, interrupted = self.iterate(algorithm, stop, checkpoint, checkpoint_every)
+        self.timer.charge_since("loop", loop_started)
         if not interrupted:
-            kernels.nearest_labels(points, offsets, exchange.centers, labels)
-        result = self.snapshot(exchange.centers, start_centers, iteration, exchange.bytes_sent,
-                               interrupted)
-        exchange.free()
+            kernels.nearest_labels(self.points, algorithm.pass_offsets, algorithm.pass_centers, self.labels)
+        result = self.result(algorithm, iteration, converged, interrupted)
+        algorithm.free()
         return result
 
-    def run_lloyd(self):
-        """Exact Lloyd on the pooled rows: each iteration the local pass, one fused
-        allreduce of the block's cluster totals, and the means on every rank.
+    def iterate(self, algorithm: _NKMeans | _Lloyd, stop: StopAgreement,
+                checkpoint: Callable[[BlockResult], None] | None, checkpoint_every: int) -> tuple[int, bool, bool]:
+        """Iterations from the first not done on; returns (last iteration, converged, interrupted)."""
+        timer, max_iter = self.timer, self.options.max_iter
+        iteration = self.done
+        for iteration in range(self.done + 1, max_iter + 1):
+            timer.restart()
+            stop.poll(iteration)
+            if algorithm.iterate(iteration, stop):
+                return iteration, True, False
+            if stop.due(iteration) and iteration < max_iter:
+                return iteration, False, True
+            if checkpoint is not None and checkpoint_every and iteration % checkpoint_every == 0 \
+                    and iteration < max_iter:
+                checkpoint(self.result(algorithm, iteration, False, False))
+                timer.lap("checkpoint")
+        return iteration, False, False
 
-        Every agent holds the same centers, so the pass runs over fixed chunks of
-        the block's rows rather than over its agents: no per-agent copies, and
-        the same sums whatever the thread count."""
-        clock, options = time.perf_counter, self.options
-        n_local, n_rows = len(self.agents), len(self.points)
-        if self.resume is None:
-            centers = shared_initial_centers(self.comm, self.points, self.offsets, self.agents,
-                                             self.network, self.owner, options)
-            start_centers = np.broadcast_to(centers, (n_local,) + self.shape).copy()
+    def result(self, algorithm: _NKMeans | _Lloyd, iteration: int, converged: bool,
+               interrupted: bool) -> BlockResult:
+        return BlockResult(algorithm.block_centers(), algorithm.start_centers, self.labels,
+                           self.monitor.metrics(), iteration, converged, algorithm.bytes_sent,
+                           self.timer.seconds, interrupted, algorithm.rho_stage)
+
+
+class _NKMeans:
+    """NK-means on a block: each iteration, start sending x(t), the local pass while it
+    travels, wait, update; then inner - 1 more exchanges and updates on the same
+    partition.  rho follows options.rho_stages(), one stretch after another."""
+
+    def __init__(self, loop: _Loop):
+        self.loop = loop
+        comm, options = loop.comm, loop.options
+        self.plan = HaloPlan.build(loop.network, loop.owner, loop.agents, comm.Get_rank())
+        self.exchange = NeighbourExchange(comm, self.plan, loop.shape)
+        self.stop_hops = rank_graph_diameter(comm.allgather(self.plan.ranks))
+        if loop.resume is None:
+            initial_centers(comm, self.exchange, loop.points, loop.offsets, loop.agents, loop.network,
+                            loop.owner, options)
+            self.start_centers = self.exchange.centers.copy()
+            self.rho_stage = 0
         else:
-            centers = self.comm.bcast(self.resume["centers"][0] if n_local else None,
-                                      root=int(self.owner[0]))
-            start_centers = self.resume["initial_centers"]
-        chunks = np.append(np.arange(0, max(n_rows, 1), LLOYD_CHUNK_ROWS), n_rows)
-        statistics = kernels.accumulators(len(chunks) - 1, *self.shape)
-        chunk_centers = np.empty((len(chunks) - 1,) + self.shape)
-        totals = ClusterTotals(self.comm, self.shape)
+            self.exchange.centers[:] = loop.resume["centers"]
+            self.start_centers = loop.resume["initial_centers"]
+            self.rho_stage = int(loop.resume["attrs"]["rho_stage"])
+        self.stages = options.rho_stages()
+        self.n_points = comm.allreduce(len(loop.points)) if options.rho_schedule else 0
+        self.faults = FaultModel.from_options(options)
+        self.statistics = kernels.accumulators(len(loop.agents), *loop.shape)
+        self.pass_offsets = loop.offsets
 
-        def block_centers():
-            return np.broadcast_to(centers, (n_local,) + self.shape).copy()
+    @property
+    def pass_centers(self) -> np.ndarray:
+        return self.exchange.centers
 
-        loop_started = clock()
-        self.seconds["initialization"] = loop_started - self.entered
-        if self.stopped_during_setup():
-            return self.snapshot(block_centers(), start_centers, self.done, 0, interrupted=True)
-        iteration, interrupted = self.done, False
-        for iteration in range(self.done + 1, options.max_iter + 1):
-            t0 = clock()
-            chunk_centers[:] = centers
-            sums, counts, sse, changed = kernels.assign_and_accumulate(
-                self.points, chunks, chunk_centers, self.labels, out=statistics)
-            block_sse = sse.sum()
-            t1 = clock()
-            sums, counts, _, total_changed, signalled = totals.allreduce(
-                sums.sum(axis=0), counts.sum(axis=0), block_sse, changed, self.stop_requested())
-            t2 = clock()
-            updated = kernels.cluster_means(sums, counts, centers)
-            t3 = clock()
-            rested = options.monitor_every > 0 and total_changed == 0
-            if options.is_monitor_point(iteration) or rested:
-                self.monitor.record(iteration, block_sse, 0.0, changed,
-                                    kernels.largest_move(centers[None], updated[None]), options.rho)
-                self.converged = rested
-            centers = updated
-            t4 = clock()
-            self.add_times(local=t1 - t0, exchange=t2 - t1, update=t3 - t2, monitor=t4 - t3)
-            if rested:
-                break
-            if signalled and iteration < options.max_iter:
-                interrupted = True
-                break
-            if self.checkpoint_due(iteration):
-                self.checkpoint(self.snapshot(block_centers(), start_centers, iteration,
-                                              totals.bytes_sent))
-                self.seconds["checkpoint"] += clock() - t4
-        self.seconds["loop"] = clock() - loop_started
-        if not interrupted:
-            chunk_centers[:] = centers
-            kernels.nearest_labels(self.points, chunks, chunk_centers, self.labels)
-        return self.snapshot(block_centers(), start_centers, iteration, totals.bytes_sent, interrupted)
+    def block_centers(self) -> np.ndarray:
+        return self.exchange.centers
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.exchange.bytes_sent
+
+    def iterate(self, iteration: int, stop: StopAgreement) -> bool:
+        loop, plan, exchange, timer = self.loop, self.plan, self.exchange, self.loop.timer
+        options, inner = loop.options, loop.options.inner
+        rho = self.stages[self.rho_stage]
+        monitoring = options.is_monitor_point(iteration)
+        exchange.start(stop.deadline)
+        sums, counts, sse, changed = kernels.assign_and_accumulate(loop.points, loop.offsets, exchange.centers,
+                                                                   loop.labels, out=self.statistics)
+        timer.lap("local")
+        stop.hear(exchange.finish())
+        timer.lap("exchange")
+        if monitoring:
+            disagreement = kernels.edge_disagreement(exchange.ext, plan.edge_a, plan.edge_b)
+            before = exchange.centers.copy() if inner > 1 else exchange.centers
+        first_update = (iteration - 1) * inner + 1
+        for step in range(inner):            # the first update uses the exchange started above
+            if step:
+                timer.lap("update")
+                stop.hear(exchange.exchange(stop.deadline))
+                timer.lap("exchange")
+            kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts, rho,
+                                  options.alpha, out=exchange.spare, faults=self.faults,
+                                  update=first_update + step, agent_ids=plan.agents, nbr_ids=plan.nbr_ids)
+            exchange.swap()
+        timer.lap("update")
+        at_rest = False
+        if monitoring:
+            rested = loop.monitor.record(iteration, kernels.exact_partials(sse), disagreement, changed,
+                                         kernels.largest_move(before, exchange.centers), rho,
+                                         options.stage_rest(self.rho_stage, self.n_points))
+            if rested and self.rho_stage + 1 < len(self.stages):     # on to the next rho stretch
+                self.rho_stage += 1
+            else:
+                at_rest = rested
+        timer.lap("monitor")
+        return at_rest
+
+    def free(self) -> None:
+        self.exchange.free()
+
+
+class _Lloyd:
+    """Exact Lloyd on the pooled rows: each iteration the local pass, one fused
+    allreduce of the block's cluster totals (which also carries the stop agreement,
+    to every rank at once), and the means on every rank.
+
+    Every agent holds the same centers, so the pass runs over fixed chunks of
+    the block's rows rather than over its agents: no per-agent copies, and
+    the same sums whatever the thread count."""
+
+    stop_hops = 0
+    rho_stage = 0
+
+    def __init__(self, loop: _Loop):
+        self.loop = loop
+        comm, n_rows = loop.comm, len(loop.points)
+        if loop.resume is None:
+            centers = shared_initial_centers(comm, loop.points, loop.offsets, loop.agents, loop.network,
+                                             loop.owner, loop.options)
+        else:
+            centers = comm.bcast(loop.resume["centers"][0] if len(loop.agents) else None,
+                                 root=int(loop.owner[0]))
+        self.pass_offsets = np.append(np.arange(0, max(n_rows, 1), LLOYD_CHUNK_ROWS), n_rows)
+        #: The centers, once per chunk of rows (each chunk is an "agent" of the pass).
+        self.pass_centers = np.empty((len(self.pass_offsets) - 1,) + loop.shape)
+        self.pass_centers[:] = centers
+        self.start_centers = self.block_centers() if loop.resume is None else loop.resume["initial_centers"]
+        self.statistics = kernels.accumulators(len(self.pass_offsets) - 1, *loop.shape)
+        self.totals = ClusterTotals(comm, loop.shape)
+
+    def block_centers(self) -> np.ndarray:
+        return np.broadcast_to(self.pass_centers[0], (len(self.loop.agents),) + self.loop.shape).copy()
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.totals.bytes_sent
+
+    def iterate(self, iteration: int, stop: StopAgreement) -> bool:
+        loop, options, timer = self.loop, self.loop.options, self.loop.timer
+        centers = self.pass_centers[0]
+        sums, counts, sse, changed = kernels.assign_and_accumulate(loop.points, self.pass_offsets, self.pass_centers,
+                                                                   loop.labels, out=self.statistics)
+        block_sse = sse.sum()
+        timer.lap("local")
+        sums, counts, _, total_changed, stopping = self.totals.allreduce(
+            sums.sum(axis=0), counts.sum(axis=0), block_sse, changed, stop.due(iteration))
+        if stopping:
+            stop.hear(iteration)
+        timer.lap("exchange")
+        updated = kernels.cluster_means(sums, counts, centers)
+        timer.lap("update")
+        rested = options.monitor_every > 0 and total_changed == 0
+        if options.is_monitor_point(iteration) or rested:
+            loop.monitor.record(iteration, block_sse, 0.0, changed,
+                                kernels.largest_move(centers[None], updated[None]), options.rho)
+        self.pass_centers[:] = updated
+        timer.lap("monitor")
+        return rested
+
+    def free(self) -> None:
+        """Nothing to release: the reduction runs on the run's own communicator."""
+
+
+#: The algorithms `run` drives, by options.algorithm.
+_ALGORITHMS = {"nkmeans": _NKMeans, "lloyd": _Lloyd}

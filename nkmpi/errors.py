@@ -26,6 +26,10 @@ class InputError(ValueError):
         self.collective = collective
 
 
+class Stopped(RuntimeError):
+    """A fit stopped by a signal (SIGTERM, SIGUSR1): its checkpoint, if any, is written."""
+
+
 def agree(comm, check, *args, **kwargs):
     """Run `check` on every rank; if it raised InputError anywhere, raise it everywhere.
 

@@ -1,165 +1,106 @@
 """How centers travel between ranks: the neighbour exchange of NK-means (the
-only neighbour-MPI code of nkmpi) and the global reduction of Lloyd's baseline.
+only neighbour-MPI code of nkmpi), the global reduction of Lloyd's baseline,
+and the spanning-tree messages of the network-wide seeding.
 
-A distributed-graph communicator joins the ranks that host neighbouring
-agents.  Each iteration a rank sends each neighbour rank exactly the centers
-of its agents that have a neighbour there, and receives the centers of that
-rank's agents that neighbour one of its own ("ghosts").  Neighbours on the
-same rank are read from memory.  Every message ends with one control row
-carrying a single number (`control`): ranks use it to agree, through
-neighbours only, on the iteration at which to stop after a signal.
-
-The exchange owns the centers: the block's centers are the first rows of an
-array `ext` whose remaining rows receive the ghosts, so the kernels index one
-array and nothing is copied.  Two such arrays alternate: an update writes the
-new centers into the spare one, and `swap` makes them current.
+The neighbour exchange runs a halo.HaloPlan over a distributed-graph
+communicator that joins the ranks hosting neighbouring agents.  It owns the
+centers: the block's centers are the first rows of an array `ext` whose
+remaining rows receive the ghosts, so the kernels index one array and nothing
+is copied.  Two such arrays alternate: an update writes the new centers into
+the spare one, and `swap` makes them current.  Every message ends with a
+control row carrying one number, through which the ranks agree on when to stop
+(stop.StopAgreement).
 """
+
+from __future__ import annotations
+
+import math
 
 import numpy as np
 from mpi4py import MPI
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
-from .graph import concat_ranges
+from .graph import SpanningTree, concat_ranges
+from .halo import HaloPlan
 from .kernels import pack_rows
 
 
-def _rank_graph_diameter(neighbour_ranks):
-    """Hops a value needs to reach every rank when each rank tells only its neighbour ranks."""
-    size = len(neighbour_ranks)
-    if size == 1:
-        return 0
-    rows = np.repeat(np.arange(size), [len(n) for n in neighbour_ranks])
-    adjacency = csr_matrix((np.ones(len(rows)), (rows, np.concatenate(neighbour_ranks))), shape=(size, size))
-    return int(shortest_path(adjacency, unweighted=True, directed=False).max())
-
-
-def _displacements(counts):
-    return [int(x) for x in np.cumsum([0] + counts[:-1])] if counts else []
-
-
 class NeighbourExchange:
-    """Plan and run the center exchange of one rank.
+    """Run the center exchange of one rank's halo plan: start, then wait.
+
+    Each exchange is one persistent neighbourhood collective (MPI 4's
+    Neighbor_alltoallv_init) per `ext` array, set up once: every iteration only
+    starts and waits.
 
     Parameters
     ----------
     comm : the communicator of the run.
-    network : graph.Network over all agents.
-    owner : (M,) rank hosting each agent.
-    agents : ascending global ids of this rank's agents.
+    plan : this rank's halo.HaloPlan (it also gives the kernels their indices).
     shape : (K, p) of one agent's centers.
 
-    Attributes the kernels use
-    --------------------------
+    Attributes
+    ----------
     centers : (L, K, p) the block's current centers (rows 0..L-1 of `ext`).
     spare : (L, K, p) where the next centers are written before `swap`.
-    nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, ascending global id.
-    nbr_ids : the global id of each of those neighbour entries.
-    edge_a, edge_b : rows of `ext` for each edge (a < b) whose lower end is a block agent.
-    rank_diameter : hops between the farthest two ranks of the rank graph.
-    control : the number sent in the control rows; lowered to the smallest received.
     """
 
-    def __init__(self, comm, network, owner, agents, shape):
-        rank = comm.Get_rank()
-        self.shape = tuple(shape)
-        agents = np.asarray(agents, dtype=np.int64)
-        n_local = len(agents)
-        block_size = int(np.prod(self.shape))
+    def __init__(self, comm: MPI.Comm, plan: HaloPlan, shape: tuple[int, int]):
+        self.plan = plan
+        shape = tuple(shape)
+        self._ext = [np.empty((plan.n_ext,) + shape) for _ in range(2)]
+        self._send = np.empty((len(plan.send_index),) + shape)
+        self.graph_comm = comm.Create_dist_graph_adjacent(plan.ranks.tolist(), plan.ranks.tolist(),
+                                                          reorder=False)
 
-        starts, stops = network.indptr[agents], network.indptr[agents + 1]
-        degree = stops - starts
-        source = np.repeat(np.arange(n_local), degree)             # block index of u
-        target = network.indices[concat_ranges(starts, stops)]     # global id of v, ascending per u
-        target_rank = owner[target]
-        remote = target_rank != rank
+        def doubles(rows):              # the plan counts rows of centers, MPI counts doubles
+            return (rows * int(np.prod(shape))).tolist()
 
-        self.ranks = np.unique(target_rank[remote])
-        send_lists, recv_lists = [], []
-        for q in self.ranks:
-            to_q = remote & (target_rank == q)
-            send_lists.append(np.unique(source[to_q]))
-            recv_lists.append(np.unique(target[to_q]))
-        # Each message ends with one control row (see `control`): -1 marks it.
-        control = np.array([-1])
-        self.send_index = np.concatenate([np.concatenate([s, control]) for s in send_lists]) \
-            if send_lists else np.zeros(0, np.int64)
-        received = np.concatenate([np.concatenate([r, control]) for r in recv_lists]) \
-            if recv_lists else np.zeros(0, np.int64)
-        self.send_counts = [(len(s) + 1) * block_size for s in send_lists]
-        self.recv_counts = [(len(r) + 1) * block_size for r in recv_lists]
-        self.send_displs = _displacements(self.send_counts)
-        self.recv_displs = _displacements(self.recv_counts)
-        self.n_local = n_local
-        self.control_rows = n_local + np.flatnonzero(received < 0)
-
-        ext_ids = np.concatenate([agents, received])
-        order = np.argsort(ext_ids, kind="stable")
-        ext_row = order[np.searchsorted(ext_ids[order], target)]
-        self.nbr_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
-        self.nbr_idx = ext_row.astype(np.int64)
-        self.nbr_ids = target
-        lower = agents[source] < target
-        self.edge_a, self.edge_b = source[lower], ext_row[lower]
-
-        self.graph_comm = comm.Create_dist_graph_adjacent(
-            self.ranks.tolist(), self.ranks.tolist(), reorder=False)
-        self.rank_diameter = _rank_graph_diameter(comm.allgather(self.ranks))
-        self._ext = [np.empty((len(ext_ids),) + self.shape) for _ in range(2)]
-        self._send = np.empty((len(self.send_index),) + self.shape)
-        # One persistent neighbourhood collective per buffer: the counts are parsed
-        # once, and each iteration only starts and waits.
+        send = [self._send, doubles(plan.send_counts), doubles(plan.send_displs), MPI.DOUBLE]
         self._requests = [self.graph_comm.Neighbor_alltoallv_init(
-            [self._send, self.send_counts, self.send_displs, MPI.DOUBLE],
-            [ext[n_local:], self.recv_counts, self.recv_displs, MPI.DOUBLE]) for ext in self._ext]
+            send, [ext[plan.n_local:], doubles(plan.recv_counts), doubles(plan.recv_displs), MPI.DOUBLE])
+            for ext in self._ext]
         self._current = 0
-        self._pending = None
-        self.control = np.inf
 
     @property
-    def ext(self):
+    def ext(self) -> np.ndarray:
+        """The block's centers, then the ghosts of the last exchange."""
         return self._ext[self._current]
 
     @property
-    def centers(self):
-        return self._ext[self._current][:self.n_local]
+    def centers(self) -> np.ndarray:
+        return self._ext[self._current][:self.plan.n_local]
 
     @property
-    def spare(self):
-        return self._ext[1 - self._current][:self.n_local]
+    def spare(self) -> np.ndarray:
+        return self._ext[1 - self._current][:self.plan.n_local]
 
-    def swap(self):
+    def swap(self) -> None:
         """Make the spare centers current (the ghosts are stale until the next exchange)."""
         self._current = 1 - self._current
 
     @property
-    def bytes_sent(self):
+    def bytes_sent(self) -> int:
         """Bytes this rank sends per exchange."""
-        return 8 * int(sum(self.send_counts))
+        return self._send.nbytes
 
-    def start(self):
-        """Begin sending the block's centers (non-blocking); the local pass may run meanwhile."""
-        pack_rows(self.centers, self.send_index, self.control, self._send)
-        self._pending = self._requests[self._current]
-        self._pending.Start()
+    def start(self, control: float = math.inf) -> None:
+        """Begin sending the block's centers, and `control` in every message's control row
+        (non-blocking); the local pass may run meanwhile."""
+        pack_rows(self.centers, self.plan.send_index, control, self._send)
+        self._requests[self._current].Start()
 
-    def finish(self):
-        """Wait for the ghosts; returns `ext`: the block's centers, then the ghosts.
+    def finish(self) -> float:
+        """Wait for the ghosts (now in `ext`); returns the smallest control value received
+        (inf when no message came)."""
+        self._requests[self._current].Wait()
+        rows = self.plan.control_rows
+        return float(self.ext[rows, 0, 0].min()) if len(rows) else math.inf
 
-        Also lowers `control` to the smallest control value a neighbour sent.
-        """
-        self._pending.Wait()
-        self._pending = None
-        if len(self.control_rows):
-            self.control = min(self.control, float(self.ext[self.control_rows, 0, 0].min()))
-        return self.ext
-
-    def exchange(self):
-        """Blocking exchange (set-up rounds)."""
-        self.start()
+    def exchange(self, control: float = math.inf) -> float:
+        """A blocking exchange: `start`, then `finish`."""
+        self.start(control)
         return self.finish()
 
-    def free(self):
+    def free(self) -> None:
         for request in self._requests:
             request.Free()
         self.graph_comm.Free()
@@ -169,23 +110,24 @@ class ClusterTotals:
     """Lloyd's baseline: one fused Allreduce per iteration of the K x p cluster
     sums, the K counts, the cost, the changed labels and a stop request.
 
-    Every rank then holds the pooled totals and computes the same means; the
-    stop request (a signal on any rank) reaches every rank in the same iteration.
+    Every rank then holds the pooled totals and computes the same means; a stop
+    (a signal on any rank) reaches every rank in the same iteration.
     """
 
-    def __init__(self, comm, shape):
+    def __init__(self, comm: MPI.Comm, shape: tuple[int, int]):
         self.comm = comm
         self.shape = tuple(shape)
         n_clusters, n_features = self.shape
         self.buffer = np.empty(n_clusters * n_features + n_clusters + 3)
 
     @property
-    def bytes_sent(self):
+    def bytes_sent(self) -> int:
         """Bytes this rank contributes per iteration."""
         return self.buffer.nbytes
 
-    def allreduce(self, sums, counts, sse, changed, stop_requested):
-        """Sum (K, p) sums, (K,) counts, sse and changed over ranks; any stop request.
+    def allreduce(self, sums: np.ndarray, counts: np.ndarray, sse: float, changed: int,
+                  stop: bool) -> tuple[np.ndarray, np.ndarray, float, int, bool]:
+        """Sum (K, p) sums, (K,) counts, sse and changed over ranks; whether any rank stops.
 
         Returns the pooled (sums, counts, sse, changed, stop) on every rank.
         """
@@ -194,7 +136,7 @@ class ClusterTotals:
         buffer = self.buffer
         buffer[:width] = sums.reshape(-1)
         buffer[width:width + n_clusters] = counts
-        buffer[-3:] = sse, changed, float(stop_requested)
+        buffer[-3:] = sse, changed, float(stop)
         self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
         return (buffer[:width].reshape(self.shape), buffer[width:width + n_clusters],
                 float(buffer[-3]), int(buffer[-2]), bool(buffer[-1] > 0))
@@ -210,7 +152,7 @@ class TreeChannel:
     ascending agent id, and its parent ranks receive them in that order.
     """
 
-    def __init__(self, comm, tree, owner, agents):
+    def __init__(self, comm: MPI.Comm, tree: SpanningTree, owner: np.ndarray, agents: np.ndarray):
         self.comm = comm.Dup()
         rank = comm.Get_rank()
         agents = np.asarray(agents, dtype=np.int64)
@@ -222,12 +164,12 @@ class TreeChannel:
         self.down_targets = owner[children][owner[children] != rank]
         self._sends = []
 
-    def send_up(self, rows, target):
+    def send_up(self, rows: np.ndarray, target: int) -> None:
         """Start sending a summary (n, p + 1) to the rank of its agent's parent."""
         rows = np.ascontiguousarray(rows, dtype=np.float64)
         self._sends.append((self.comm.Isend(rows, dest=int(target)), rows))
 
-    def receive_up(self, sources, max_rows, width):
+    def receive_up(self, sources: np.ndarray, max_rows: int, width: int) -> list[np.ndarray]:
         """The summaries of remote children, one from each entry of `sources` (ranks,
         listed in the children's ascending id): a list of (n, width) arrays."""
         buffers = [np.empty((max_rows, width)) for _ in sources]
@@ -238,7 +180,7 @@ class TreeChannel:
         return [buffer[:status.Get_count(MPI.DOUBLE) // width]
                 for buffer, status in zip(buffers, statuses)]
 
-    def send_down(self, centers, shape):
+    def send_down(self, centers: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
         """Pass the root's centers on: wait for them from a parent rank (unless this
         rank has them), then send them to every rank hosting a child of one of its
         agents.  Returns the centers."""
@@ -252,7 +194,7 @@ class TreeChannel:
         MPI.Request.Waitall(requests + sends)
         return centers
 
-    def free(self):
+    def free(self) -> None:
         MPI.Request.Waitall([request for request, _ in self._sends])
         self._sends = []
         self.comm.Free()

@@ -15,8 +15,11 @@ from scipy.spatial import cKDTree
 
 from .errors import InputError
 
-GRAPH_SPECS = ("ring", "path", "complete", "star", "torus[:rows=R]", "er:p=P",
-               "rgg:radius=R", "ws:k=K,p=P", "file:EDGES.txt", "dataset")
+#: The graphs a spec builds or reads, as `--graph` takes them.
+TOPOLOGIES = ("ring", "path", "complete", "star", "torus[:rows=R]", "er:p=P",
+              "rgg:radius=R", "ws:k=K,p=P", "file:EDGES.txt")
+#: Every graph spec of a run: a topology, or the dataset's own graph/edges.
+GRAPH_SPECS = TOPOLOGIES + ("dataset",)
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,30 @@ def default_spec(spec, dataset_edges):
     if spec is not None:
         return spec
     return "dataset" if dataset_edges is not None else "ring"
+
+
+def graph_text(graph, dataset_edges=None):
+    """How a run's graph option is named in its result: the spec in use, or 'given edges'
+    for a networkx graph or an edge array (whose fingerprint tells them apart)."""
+    if graph is None or isinstance(graph, str):
+        return default_spec(graph, dataset_edges)
+    return "given edges"
+
+
+def network_of(graph, n_agents, seed=0, dataset_edges=None):
+    """The connected Network of a run's graph option: a spec (None: the dataset's graph,
+    else a ring), a networkx graph or an (E, 2) array of agent ids."""
+    if graph is None or isinstance(graph, str):
+        return build_network(graph, n_agents, seed, dataset_edges)
+    if hasattr(graph, "edges") and callable(graph.edges):
+        graph = list(graph.edges())
+    try:
+        edges = np.array(graph, dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError("the graph must be a spec, a networkx graph or an (E, 2) array of agent ids")
+    network = Network.from_edges(n_agents, edges)
+    require_connected_graph(network, "the agent graph")
+    return network
 
 
 def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=True):

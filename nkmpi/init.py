@@ -1,6 +1,10 @@
-"""Initial centers: k-means++ seeding of one agent, and spreading centers to agents.
+"""Initial centers: the `--init` methods, k-means++ seeding of one agent, and spreading
+centers to agents.
 
-No MPI here.  Both initializations start from per-agent seeds:
+No MPI here.  `INIT_METHODS` names the methods, in help order.  The network-wide
+seeding (NETWORK_SEEDING, nkmpi.seeding) merges summaries over a spanning tree;
+every other method is an `AgentSeeding` of `AGENT_SEEDINGS`, started from
+per-agent seeds:
 
 * flood: only the lowest-numbered agent with at least K distinct points seeds;
 * local: every agent with at least K distinct points seeds (agents then
@@ -11,7 +15,15 @@ and agents without a seed then adopt, round by round, the centers of their
 lowest-numbered neighbour that had centers at the start of the round.  With
 flood every agent ends with the same centers after at most diameter rounds.
 Missing centers are NaN, so the rounds need nothing but the usual exchange.
+
+The driver and the serial reference read a per-agent method only through its
+`AgentSeeding`, so a new one is one more entry of AGENT_SEEDINGS.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -19,12 +31,12 @@ from numba import njit
 from .errors import InputError
 
 
-def has_distinct(points, n_clusters):
+def has_distinct(points: np.ndarray, n_clusters: int) -> bool:
     """True when `points` holds at least `n_clusters` distinct rows (k-means++ needs them)."""
     return len(distinct_rows(points, n_clusters)) >= n_clusters
 
 
-def distinct_rows(points, limit, chunk=4096):
+def distinct_rows(points: np.ndarray, limit: int, chunk: int = 4096) -> np.ndarray:
     """Up to `limit` distinct rows of `points`, reading no further than needed."""
     found = points[:0]
     for start in range(0, len(points), chunk):
@@ -34,14 +46,14 @@ def distinct_rows(points, limit, chunk=4096):
     return found
 
 
-def check_enough_distinct(samples, n_clusters):
+def check_enough_distinct(samples: list[np.ndarray], n_clusters: int) -> None:
     """InputError unless the union of per-rank `distinct_rows` samples has K rows."""
     found = np.unique(np.concatenate(samples), axis=0).shape[0]
     if found < n_clusters:
         raise InputError(f"the data hold only {found} distinct points, fewer than K = {n_clusters}")
 
 
-def kmeans_plusplus(points, n_clusters, rng):
+def kmeans_plusplus(points: np.ndarray, n_clusters: int, rng: np.random.Generator) -> np.ndarray:
     """k-means++ seeding (Arthur & Vassilvitskii) on one agent's rows.
 
     Needs at least `n_clusters` distinct rows: a chosen row has distance 0 and
@@ -71,13 +83,43 @@ def _unchosen_row(points, chosen):
     raise ValueError("no row differs from the chosen centers")
 
 
-def agent_seed(points, agent, n_clusters, seed):
+def agent_seed(points: np.ndarray, agent: int, n_clusters: int, seed: int) -> np.ndarray:
     """k-means++ centers of `agent` from its own rows; the stream depends on (seed, agent) only."""
     return kmeans_plusplus(points, n_clusters, np.random.default_rng([seed, agent]))
 
 
+@dataclass(frozen=True)
+class AgentSeeding:
+    """An --init method in which agents seed from their own rows.
+
+    Agents with at least K distinct rows can seed, each by `seed_agent(rows, agent,
+    n_clusters, seed)` (a function of that agent's rows alone, so that any placement
+    seeds alike).  With `only_first` only the lowest-numbered of them seeds, and
+    every agent starts from its centers; else each of them does.  Agents without a
+    seed adopt a neighbour's centers (`adopt_from_neighbours`).
+    """
+
+    description: str
+    only_first: bool
+    seed_agent: Callable[[np.ndarray, int, int, int], np.ndarray]
+
+
+#: The --init method that merges summaries over the whole network (nkmpi.seeding).
+NETWORK_SEEDING = "network"
+#: The per-agent --init methods, by name.
+AGENT_SEEDINGS = {
+    "flood": AgentSeeding("one agent's k-means++ spread over the graph", only_first=True,
+                          seed_agent=agent_seed),
+    "local": AgentSeeding("every agent seeds itself", only_first=False, seed_agent=agent_seed),
+}
+#: Every --init method name -> its one-line description, in help order.
+INIT_METHODS = {NETWORK_SEEDING: "k-means++ on summaries merged over the whole network",
+                **{name: method.description for name, method in AGENT_SEEDINGS.items()}}
+
+
 @njit(cache=True, nogil=True)
-def adopt_from_neighbours(centers, centers_ext, nbr_ptr, nbr_idx):
+def adopt_from_neighbours(centers: np.ndarray, centers_ext: np.ndarray, nbr_ptr: np.ndarray,
+                          nbr_idx: np.ndarray) -> int:
     """One flood round on a block, in place: each agent without centers takes those
     of its lowest-numbered neighbour that had them at the start of the round
     (neighbours listed ascending).  `centers` may be the first rows of

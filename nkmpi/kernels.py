@@ -17,16 +17,18 @@ Threads (`set_threads`) split the agents of a block, never one agent's rows,
 so results do not depend on the thread count either.
 """
 
+from __future__ import annotations
+
 import numba
 import numpy as np
 from numba import njit, prange
 
-from .faults import link_up, takes_part
+from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
 
 _JIT = dict(cache=True, nogil=True)
 
 
-def set_threads(n_threads):
+def set_threads(n_threads: int) -> None:
     """Compute threads of this process's kernels (one per rank by default)."""
     numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
 
@@ -100,13 +102,14 @@ def _assign_parallel(points, offsets, centers, labels, sums, counts, sse, change
                 r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
-def accumulators(n_agents, n_clusters, n_features):
+def accumulators(n_agents: int, n_clusters: int, n_features: int) -> tuple[np.ndarray, ...]:
     """Output arrays of `assign_and_accumulate`, allocated once and reused every iteration."""
     return (np.zeros((n_agents, n_clusters, n_features)), np.zeros((n_agents, n_clusters), dtype=np.int64),
             np.zeros(n_agents), np.zeros(n_agents, dtype=np.int64))
 
 
-def assign_and_accumulate(points, offsets, centers, labels, out=None):
+def assign_and_accumulate(points: np.ndarray, offsets: np.ndarray, centers: np.ndarray, labels: np.ndarray,
+                          out: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """One assignment pass (eq. 25) with the statistics of the center update.
 
     points : (n, p) float32/float64, the block's rows; offsets : (L+1,) block-local.
@@ -124,21 +127,22 @@ def assign_and_accumulate(points, offsets, centers, labels, out=None):
 
 
 @njit(**_JIT)
-def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, faults, first, stop):
-    agent_ids, nbr_ids, iteration, seed, failure_prob, dropout_prob = faults
+def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault_params, update, agent_ids,
+            nbr_ids, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
     flat_ext = ext.reshape(ext.shape[0], width)      # contiguous rows: vectorizable adds
     total = np.empty(width)
+    faulty = enabled(fault_params)
     for a in range(first, stop):
-        if dropout_prob > 0 and not takes_part(seed, agent_ids[a], iteration, dropout_prob):
+        if faulty and not takes_part(fault_params, agent_ids[a], update):
             out[a] = centers[a]
             continue
         degree = 0
         for w in range(width):
             total[w] = 0
         for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-            if failure_prob > 0 and not link_up(seed, agent_ids[a], nbr_ids[e], iteration, failure_prob):
+            if faulty and not link_up(fault_params, agent_ids[a], nbr_ids[e], update):
                 continue
             degree += 1
             row = flat_ext[nbr_idx[e]]
@@ -156,19 +160,20 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault
 
 
 @njit(parallel=True, **_JIT)
-def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, faults,
-                     n_ranges, n_agents):
+def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault_params, update,
+                     agent_ids, nbr_ids, n_ranges, n_agents):
     for r in prange(n_ranges):
-        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, faults,
-                r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault_params, update, agent_ids,
+                nbr_ids, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
 NO_IDS = np.zeros(0, dtype=np.int64)
 
 
-def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=None,
-                  agent_ids=NO_IDS, nbr_ids=NO_IDS, iteration=0, seed=0, link_failure_prob=0.0,
-                  dropout_prob=0.0):
+def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
+                  sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, out: np.ndarray | None = None,
+                  faults: FaultModel = NO_FAULTS, update: int = 0, agent_ids: np.ndarray = NO_IDS,
+                  nbr_ids: np.ndarray = NO_IDS) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -176,21 +181,22 @@ def center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out=
     empty local cluster averages the neighbours; a cluster with neither points
     nor neighbours keeps its center.  Writes into `out` when given.
 
-    Faults (nkmpi.faults), when a probability is set: only neighbours whose link
-    is up count in Omega, and an agent that sits out keeps its centers.  They
-    need the global ids of the block's agents and of each neighbour entry.
+    faults : a faults.FaultModel (NO_FAULTS, the default, draws nothing); any other
+    needs the global ids of the block's agents (`agent_ids`) and of each neighbour
+    entry (`nbr_ids`): its draws are keyed on them and on `update`, the update's
+    number.  Only neighbours whose link is up count in Omega, and an agent that
+    sits out keeps its centers.
     """
     if out is None:
         out = np.empty_like(centers)
-    if (link_failure_prob or dropout_prob) and len(agent_ids) != len(centers):
-        raise ValueError("faults need the global ids of the agents and their neighbours")
-    faults = (agent_ids, nbr_ids, int(iteration), int(seed), float(link_failure_prob), float(dropout_prob))
-    _in_parallel(_update, _update_parallel, len(centers),
-                 centers, ext, nbr_ptr, nbr_idx, sums, counts, float(rho), float(alpha), out, faults)
+    if (len(agent_ids) != len(centers) or len(nbr_ids) != len(nbr_idx)) and faults is not NO_FAULTS:
+        raise ValueError("a fault model needs the global ids of the agents and of their neighbours")
+    _in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
+                 float(rho), float(alpha), out, faults.params, int(update), agent_ids, nbr_ids)
     return out
 
 
-def cluster_means(sums, counts, centers):
+def cluster_means(sums: np.ndarray, counts: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Lloyd's update: each cluster's mean; an empty cluster keeps its center."""
     means = np.array(centers, dtype=np.float64)
     filled = counts > 0
@@ -199,7 +205,7 @@ def cluster_means(sums, counts, centers):
 
 
 @njit(**_JIT)
-def pack_rows(source, index, control, out):
+def pack_rows(source: np.ndarray, index: np.ndarray, control: float, out: np.ndarray) -> None:
     """out[i] = source[index[i]], or a row filled with `control` where index[i] < 0:
     packing the send buffer without temporaries."""
     for i in range(len(index)):
@@ -241,7 +247,7 @@ def _exact_partials(values):
     return partials[:n].copy()
 
 
-def exact_partials(values):
+def exact_partials(values: np.ndarray) -> np.ndarray:
     """Floats whose exact sum is the exact sum of `values`.
 
     math.fsum of the partials of several blocks is the correctly rounded sum of
@@ -266,7 +272,7 @@ def _disagreement(ext, edge_a, edge_b):
     return partials[:n].copy()
 
 
-def edge_disagreement(ext, edge_a, edge_b):
+def edge_disagreement(ext: np.ndarray, edge_a: np.ndarray, edge_b: np.ndarray) -> np.ndarray:
     """sum over edges (a, b) of sum_k ||x_a^k - x_b^k||^2, rows indexing `ext`, as
     exact partials (see `exact_partials`): each edge's term is computed alike
     wherever its ends live, and the partials add them without rounding."""
@@ -286,12 +292,12 @@ def _largest_move(old, new):
     return np.sqrt(largest)
 
 
-def largest_move(old, new):
+def largest_move(old: np.ndarray, new: np.ndarray) -> float:
     """Largest Euclidean distance any center moved."""
     return float(_largest_move(old, new))
 
 
-def warm_up(dtype):
+def warm_up(dtype: np.dtype | type) -> None:
     """Load (or compile) every kernel for data of `dtype` before timing or measuring memory."""
     points = np.zeros((2, 1), dtype=dtype)
     centers = np.zeros((1, 1, 1))
@@ -305,7 +311,8 @@ def warm_up(dtype):
     pack_rows(centers, nbr, 0.0, centers.copy())
 
 
-def nearest_labels(points, offsets, centers, labels=None):
+def nearest_labels(points: np.ndarray, offsets: np.ndarray, centers: np.ndarray,
+                   labels: np.ndarray | None = None) -> np.ndarray:
     """Each row's nearest center among its own agent's centers (into `labels` if given)."""
     if labels is None:
         labels = np.full(points.shape[0], -1, dtype=np.int32)

@@ -2,21 +2,25 @@
 
 This is the oracle the MPI program is tested against and a small-scale
 simulator for users (`nkmpi simulate`, or `simulate()` from Python).  It
-follows the equations (README, "The algorithm") agent by agent with no blocking, no
+follows the equations (docs/design.md, "The algorithm") agent by agent with no blocking, no
 vectorization across agents and no MPI, using the same reduction orders the
 kernels promise (rows in dataset order, neighbours in ascending id), so the
 MPI run must match it to rounding, and in practice bit for bit.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TextIO
 
 import numpy as np
 
 from .errors import InputError
-from .faults import link_up, takes_part
-from .graph import spanning_tree
-from .init import agent_seed, has_distinct
+from .faults import FaultModel, link_up, takes_part
+from .graph import Network, spanning_tree
+from .init import AGENT_SEEDINGS, NETWORK_SEEDING, has_distinct
 from .monitor import Monitor
+from .options import Options
 from .seeding import (MIN_GROUP, message_rows, reduce_summary, seed_from_summary, summarize_rows,
                       summary_size)
 
@@ -38,24 +42,26 @@ class SimulationResult:
     initial_centers: np.ndarray
 
 
-def agent_rows(points, offsets):
+def agent_rows(points: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
     return [points[offsets[m]:offsets[m + 1]] for m in range(len(offsets) - 1)]
 
 
-def initial_centers(rows, network, options):
-    """Seeds then synchronous flood rounds, as described in nkmpi.init."""
+def initial_centers(rows: list[np.ndarray], network: Network, options: Options) -> np.ndarray:
+    """The given centers, the network-wide seeding, or a per-agent method's seeds then
+    synchronous flood rounds, as described in nkmpi.init."""
     n_agents, k, p = len(rows), options.n_clusters, rows[0].shape[1]
     centers = np.full((n_agents, k, p), np.nan)
     if not isinstance(options.init, str):
         centers[:] = options.init
         return centers
-    if options.init == "network":
+    if options.init == NETWORK_SEEDING:
         centers[:] = network_seeding(rows, network, options)
         return centers
+    method = AGENT_SEEDINGS[options.init]
     for m in range(n_agents):
         if has_distinct(rows[m], k):
-            centers[m] = agent_seed(rows[m], m, k, options.seed)
-            if options.init == "flood":
+            centers[m] = method.seed_agent(rows[m], m, k, options.seed)
+            if method.only_first:
                 break
     if np.isnan(centers).all():
         raise InputError(f"no agent holds {k} distinct points, so none can seed k-means++: "
@@ -64,14 +70,14 @@ def initial_centers(rows, network, options):
         previous = centers.copy()
         for m in range(n_agents):
             if np.isnan(previous[m]).any():
-                for l in network.neighbours(m):          # ascending: lowest id wins
-                    if not np.isnan(previous[l]).any():
-                        centers[m] = previous[l]
+                for neighbour in network.neighbours(m):          # ascending: lowest id wins
+                    if not np.isnan(previous[neighbour]).any():
+                        centers[m] = previous[neighbour]
                         break
     return centers
 
 
-def network_seeding(rows, network, options):
+def network_seeding(rows: list[np.ndarray], network: Network, options: Options) -> np.ndarray:
     """--init network (nkmpi.seeding), agent by agent: every agent's summary joined with
     its children's, deepest tree level first, then the root's seeding."""
     k, seed = options.n_clusters, options.seed
@@ -85,7 +91,7 @@ def network_seeding(rows, network, options):
     return seed_from_summary(merged[tree.root], k, options.n_init, seed, tree.root)
 
 
-def nearest(rows, centers):
+def nearest(rows: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Squared distances of one agent's rows to its K centers, and the nearest index.
 
     In the data's precision, adding features in order; ties go to the lowest k.
@@ -98,7 +104,8 @@ def nearest(rows, centers):
     return dist, dist.argmin(axis=1)
 
 
-def simulate(points, offsets, network, options, stream=None):
+def simulate(points: np.ndarray, offsets: np.ndarray, network: Network, options: Options,
+             stream: TextIO | None = None) -> SimulationResult:
     """Run NK-means (or, with options.algorithm 'lloyd', centralized Lloyd) on all
     agents serially; returns a SimulationResult.
 
@@ -128,6 +135,7 @@ def _nkmeans_run(rows, centers, network, options, monitor):
     labels = [np.full(len(r), -1, dtype=np.int64) for r in rows]
     n_points = sum(len(r) for r in rows)
     stages, stage = options.rho_stages(), 0
+    faults = FaultModel.from_options(options)
     a, b = network.edges.T
     iteration, converged = 0, False
     for iteration in range(1, options.max_iter + 1):
@@ -144,7 +152,7 @@ def _nkmeans_run(rows, centers, network, options, monitor):
             counts[m] = np.bincount(new_labels, minlength=k)
         before = centers
         for step in range(options.inner):
-            centers = center_update(centers, sums, counts, network, options, rho,
+            centers = center_update(centers, sums, counts, network, options.alpha, rho, faults,
                                     update=(iteration - 1) * options.inner + step + 1)
         if options.is_monitor_point(iteration):
             disagreement = float(((before[a] - before[b]) ** 2).sum())
@@ -158,23 +166,25 @@ def _nkmeans_run(rows, centers, network, options, monitor):
     return centers, iteration, converged
 
 
-def center_update(centers, sums, counts, network, options, rho, update):
-    """Eqs. 26-27 for every agent; `update` numbers the update for the fault draws."""
+def center_update(centers: np.ndarray, sums: np.ndarray, counts: np.ndarray, network: Network, alpha: float,
+                  rho: float, faults: FaultModel, update: int) -> np.ndarray:
+    """Eqs. 26-27 for every agent, under the faults.FaultModel `faults`; `update` numbers
+    the update for the fault draws."""
+    faults = faults.params
     updated = np.empty_like(centers)
     for m in range(network.n_agents):
-        if not takes_part(options.seed, m, update, options.dropout_prob):
+        if not takes_part(faults, m, update):
             updated[m] = centers[m]
             continue
-        up = [l for l in network.neighbours(m)
-              if link_up(options.seed, m, l, update, options.link_failure_prob)]
+        up = [neighbour for neighbour in network.neighbours(m) if link_up(faults, m, neighbour, update)]
         neighbour_total = np.zeros(centers.shape[1:])
-        for l in up:
-            neighbour_total += centers[l]
+        for neighbour in up:
+            neighbour_total += centers[neighbour]
         weight = counts[m] / rho + len(up)
         with np.errstate(invalid="ignore", divide="ignore"):
             mu = (sums[m] / rho + neighbour_total) / weight[:, None]
         mu[weight == 0] = centers[m][weight == 0]
-        updated[m] = centers[m] - options.alpha * (centers[m] - mu)
+        updated[m] = centers[m] - alpha * (centers[m] - mu)
     return updated
 
 
@@ -198,7 +208,7 @@ def _lloyd_run(points, centers, options, monitor):
     return centers, iteration, converged
 
 
-def centralized_cost(points, centers):
+def centralized_cost(points: np.ndarray, centers: np.ndarray) -> float:
     """J(c) = sum over all rows of the squared distance to the nearest of `centers` (K, p)."""
     total = 0.0
     for start in range(0, len(points), 65536):
@@ -207,7 +217,7 @@ def centralized_cost(points, centers):
     return total
 
 
-def lloyd_step(points, centers):
+def lloyd_step(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """One centralized Lloyd step: labels and cost against `centers`, then the
     cluster means (an empty cluster keeps its center).  Returns (means, labels, sse)."""
     dist_labels = [nearest(points[s:s + 65536], centers) for s in range(0, len(points), 65536)]
@@ -221,7 +231,7 @@ def lloyd_step(points, centers):
     return means, labels, sse
 
 
-def lloyd(points, centers, max_iter=300, tol=0.0):
+def lloyd(points: np.ndarray, centers: np.ndarray, max_iter: int = 300, tol: float = 0.0) -> tuple[np.ndarray, int]:
     """Centralized Lloyd's algorithm from `centers`: the pooled-data baseline.
 
     An empty cluster keeps its center.  Stops when no label changes and no

@@ -1,53 +1,45 @@
 """Shared helpers: small datasets and MPI launches under a timeout."""
 
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from data_tools.dataset import write_dataset
+from nkmpi import launch
+from nkmpi.formats.dataset import write_dataset
+from nkmpi.launch import mpi_env
 
 #: Seconds any one MPI launch may take before the test fails (a hang is a failure).
 MPI_TIMEOUT = 120
 
 
 def mpiexec():
-    """The mpiexec next to this Python (the MPICH wheel), else NKMPI_MPIEXEC or PATH."""
-    found = os.environ.get("NKMPI_MPIEXEC") or str(Path(sys.executable).with_name("mpiexec"))
-    if not os.path.exists(found):
-        found = shutil.which("mpiexec")
-    if not found:
-        pytest.fail("no mpiexec: run `make install` (it installs the MPICH wheel)")
-    return found
-
-
-def mpi_env():
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
+    """nkmpi.launch.mpiexec_path, or the test fails saying how to install one."""
+    try:
+        return launch.mpiexec_path()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
 
 
 def run_mpi(n_ranks, args, timeout=MPI_TIMEOUT, module="nkmpi"):
     """`mpiexec -n R python -m MODULE ARGS` (more ranks than cores is fine); fails on a hang."""
-    command = [mpiexec(), "-n", str(n_ranks), sys.executable, "-m", module] + [str(a) for a in args]
+    return run_python(n_ranks, ["-m", module, *args], timeout)
+
+
+def run_script(n_ranks, script, *args, timeout=MPI_TIMEOUT):
+    """Run a Python file under mpiexec."""
+    return run_python(n_ranks, [script, *args], timeout)
+
+
+def run_python(n_ranks, python_args, timeout):
+    """`mpiexec -n R python PYTHON_ARGS`, its output captured; fails on a hang."""
+    command = [mpiexec(), "-n", str(n_ranks), sys.executable, *map(str, python_args)]
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=mpi_env())
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"MPI run did not finish within {timeout} s (hang?): {' '.join(command)}\n"
                     f"{exc.stdout}\n{exc.stderr}")
-
-
-def run_script(n_ranks, script, *args, timeout=MPI_TIMEOUT):
-    """Run a Python file under mpiexec."""
-    command = [mpiexec(), "-n", str(n_ranks), sys.executable, str(script)] + [str(a) for a in args]
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=mpi_env())
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"MPI script did not finish within {timeout} s (hang?): {exc.stderr}")
 
 
 def run_job(script, *args, timeout=280):

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, assume, given, settings
 
 from conftest import run_mpi, uneven_dataset
 from nkmpi.errors import InputError
+from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
-from nkmpi.io import read_result
 from nkmpi.options import Options
 from nkmpi.reference import simulate
 from test_reference import blob_agents, fixed_point_residual, problems
@@ -74,7 +74,8 @@ def test_schedule_stages():
     assert Options(n_clusters=2, rho=5.0).rho_stages() == [5.0]
     for bad in [dict(rho_schedule=(0.0, 10.0)), dict(rho_schedule=(1.0, 1.0)),
                 dict(rho_schedule=(2000.0, 10.0)), dict(rho_schedule=(1.0, 10.0), monitor_every=0),
-                dict(rho_schedule=(1.0, 10.0, 1.5)), dict(rho_schedule="fast"), dict(inner=0), dict(algorithm="lloyd", inner=2)]:
+                dict(rho_schedule=(1.0, 10.0, 1.5)), dict(rho_schedule="fast"), dict(inner=0),
+                dict(algorithm="lloyd", inner=2)]:
         with pytest.raises(InputError):
             Options(n_clusters=2, rho=1000.0, **bad)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_mpi, uneven_dataset
-from nkmpi.io import read_result
+from nkmpi.formats.result import read_result
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,8 @@ def garbled_init(folder):
     (lambda d, t: ["run", d, "-k", 3, "--rho", 10, "--coupling", 2], "not allowed with argument"),
     (lambda d, t: ["run", d, "-k", 3, "--coupling", -1], "coupling must be a positive"),
     (lambda d, t: ["run", d, "-k", 3, "--n-init", 0], "n-init must be an integer in 1.."),
+    (lambda d, t: ["run", d, "-k", 3, "--threads", 0], "threads must be an integer in 1.."),
+    (lambda d, t: ["run", d, "-k", 3, "--checkpoint-every", -1], "checkpoint-every must be an integer in 0.."),
     (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1", "--monitor-every", 0],
      "monitor-every must be > 0"),
 ])

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import run_mpi
 from data_tools.generate import generate
-from nkmpi.io import read_result
+from nkmpi.formats.result import read_result
 
 spec = importlib.util.spec_from_file_location("comm_model", Path(__file__).parent.parent / "jobs" / "comm_model.py")
 model = importlib.util.module_from_spec(spec)

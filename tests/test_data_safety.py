@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import MPI_TIMEOUT, mpi_env, mpiexec, run_mpi, uneven_dataset
-from data_tools.dataset import write_dataset
 from nkmpi.cli import main
-from nkmpi.io import read_all, read_result
+from nkmpi.formats.dataset import read_all, write_dataset
+from nkmpi.formats.result import read_result
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 

@@ -22,14 +22,13 @@ from sklearn.datasets import load_iris
 
 from data_tools.convert import convert
 from data_tools.convert import main as convert_main
-from data_tools.dataset import write_dataset
 from data_tools.generate import generate
 from data_tools.generate import main as generate_main
 from data_tools.plot import main as plot_main
 from data_tools.plot import plot_run
 from nkmpi.errors import InputError
+from nkmpi.formats.dataset import open_dataset, read_all, write_dataset
 from nkmpi.graph import build_network
-from nkmpi.io import open_dataset, read_all
 
 LOAD_BACK = Path(__file__).parent / "mpi_scripts" / "load_back.py"
 
@@ -208,7 +207,7 @@ def sha256(path):
 
 
 def temporaries(folder):
-    """Files left under a temporary name (see data_tools.dataset.whole_output)."""
+    """Files left under a temporary name (see nkmpi.formats.hdf5.atomic_file)."""
     return [name for name in os.listdir(folder) if ".partial" in name]
 
 

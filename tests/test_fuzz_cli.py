@@ -1,10 +1,10 @@
 """Fuzz tests of every entry point: `nkmpi info`, `summary`, `simulate`, `run` (under mpiexec on
 1 and 2 ranks) and the NKMeans estimator, with hypothesis.
 
-The oracle is the project's promise (README: no hangs, nothing lost, bad input gets one error
+The oracle is the project's promise (docs/design.md: no hangs, nothing lost, bad input gets one error
 line and status 2), whatever the input:
 
-* status 0 with a valid result (nkmpi.io.read_result reads it; its centers and metrics are
+* status 0 with a valid result (nkmpi.formats.result.read_result reads it; its centers and metrics are
   finite), or status 2 with exactly one line starting `nkmpi: error:` on stderr (one in all
   for 2 ranks), no output file and no traceback; a summary it prints holds no NaN or Inf;
 * never a hang (every launch runs under a time limit) nor a runaway allocation (under an
@@ -47,7 +47,7 @@ from hypothesis import HealthCheck, Phase, assume, given, note, settings
 from hypothesis import strategies as st
 
 from nkmpi.cli import main
-from nkmpi.io import read_result
+from nkmpi.formats.result import read_result
 
 #: Seconds one serial command (a forked child) may take; they take well under one.
 CHILD_SECONDS = 10
@@ -1084,6 +1084,11 @@ ESTIMATOR_PARAMETERS = {
     "rho_schedule": st.sampled_from([None, (1, 10), (1,), (1, 10, 0.5, 1), "1:10", "ab", (math.nan, 10),
                                      (1, math.inf), (1e-308, 1.0000001), (1, 10, 1.5), (-1, 10), 5,
                                      [1, 10], (1, 1), ("1", "10"), (None, 10)]),
+    "link_failure_prob": st.sampled_from(BAD_SCALARS + [0.5, 0.999]),
+    "dropout_prob": st.sampled_from(BAD_SCALARS + [0.5]),
+    "checkpoint_every": st.sampled_from(bounded(BAD_SCALARS)),
+    "checkpoint": st.sampled_from(["", "/nonexistent/dir/ck.h5", 3, b"ck.h5", None]),
+    "resume": st.sampled_from(["", "/nonexistent/ck.h5", 3, None]),
 }
 
 
@@ -1098,8 +1103,8 @@ def fit_in_child(params, X, offsets, graph, agents):
         if isinstance(arguments.get("init"), tuple):
             arguments["init"] = make_array(arguments["init"])
         try:
-            model = NKMeans(**arguments, comm=MPI.COMM_SELF).fit(X, agent_offsets=offsets, graph=graph,
-                                                                  agents=agents)
+            model = NKMeans(**arguments, graph=graph, comm=MPI.COMM_SELF).fit(X, agent_offsets=offsets,
+                                                                               agents=agents)
         except ValueError as exc:
             print(f"ValueError: {exc}", file=sys.stderr)
             return 2

@@ -29,7 +29,7 @@ from test_data_tools import make_run, sha256, temporaries, tool
 from data_tools.convert import main as convert_main
 from data_tools.generate import main as generate_main
 from data_tools.plot import main as plot_main
-from nkmpi.io import read_all
+from nkmpi.formats.dataset import read_all
 
 # Reproducible in CI, and no deadline (a slow machine is no failure): hangs are pytest-timeout's.
 FUZZ = {"deadline": None, "derandomize": True, "database": None,

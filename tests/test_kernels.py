@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nkmpi import kernels
+from nkmpi.faults import FaultModel, link_up, takes_part
 from nkmpi.reference import nearest
 
 
@@ -70,30 +71,68 @@ def test_ties_go_to_lowest_cluster_and_changed_counts():
     assert sse[0] == 1 + 0 + 1
 
 
-def test_center_update_against_the_equations():
-    rng = np.random.default_rng(1)
+def update_problem(seed=1):
+    """Three agents (agent 1 isolated, agent 0 with an empty cluster) and three ghosts."""
+    rng = np.random.default_rng(seed)
     n_local, k, p = 3, 4, 2
     ext = rng.standard_normal((6, k, p))              # rows 0..2 the block, 3..5 ghosts
-    centers = ext[:n_local].copy()
-    nbr_ptr = np.array([0, 3, 3, 4])                  # agent 1 is isolated
+    nbr_ptr = np.array([0, 3, 3, 4])
     nbr_idx = np.array([1, 3, 5, 0])
     sums = rng.standard_normal((n_local, k, p))
     counts = rng.integers(0, 3, size=(n_local, k))
-    counts[0, 1] = 0                                  # an empty local cluster
-    rho, alpha = 4.0, 0.7
-    new = kernels.center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha)
-    for a in range(n_local):
-        nbrs = nbr_idx[nbr_ptr[a]:nbr_ptr[a + 1]]
-        total = np.zeros((k, p))
+    counts[0, 1] = 0
+    return ext[:n_local].copy(), ext, nbr_ptr, nbr_idx, sums, counts
+
+
+def expected_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, counted=lambda a, e: True):
+    """The equations agent by agent; only the neighbour entries e with counted(a, e) count."""
+    new = np.empty_like(centers)
+    for a in range(len(centers)):
+        nbrs = [nbr_idx[e] for e in range(nbr_ptr[a], nbr_ptr[a + 1]) if counted(a, e)]
+        total = np.zeros(centers.shape[1:])
         for row in nbrs:
             total += ext[row]
         weight = counts[a] / rho + len(nbrs)
-        for c in range(k):
+        for c in range(centers.shape[1]):
             if weight[c] == 0:
-                np.testing.assert_array_equal(new[a, c], centers[a, c])
+                new[a, c] = centers[a, c]
             else:
                 mu = (sums[a, c] / rho + total[c]) / weight[c]
-                np.testing.assert_array_equal(new[a, c], centers[a, c] - alpha * (centers[a, c] - mu))
+                new[a, c] = centers[a, c] - alpha * (centers[a, c] - mu)
+    return new
+
+
+def test_center_update_against_the_equations():
+    problem = update_problem()
+    new = kernels.center_update(*problem, 4.0, 0.7)
+    np.testing.assert_array_equal(new, expected_update(*problem, 4.0, 0.7))
+
+
+def test_center_update_with_faults_against_the_draws():
+    """Links that are down do not count in Omega; an agent that sits out keeps its centers."""
+    centers, ext, nbr_ptr, nbr_idx, sums, counts = problem = update_problem()
+    agent_ids, nbr_ids = np.array([10, 11, 12]), np.array([11, 4, 30, 10])
+    faults = FaultModel(seed=3, link_failure_prob=0.5, dropout_prob=0.3)
+    seen = set()
+    for update in range(1, 30):
+        new = kernels.center_update(*problem, 4.0, 0.7, faults=faults, update=update, agent_ids=agent_ids,
+                                    nbr_ids=nbr_ids)
+        up = [link_up(faults.params, agent_ids[a], nbr_ids[e], update)
+              for a in range(3) for e in range(nbr_ptr[a], nbr_ptr[a + 1])]
+        expected = expected_update(*problem, 4.0, 0.7, counted=lambda a, e: up[e])
+        for a in range(3):
+            if not takes_part(faults.params, agent_ids[a], update):
+                expected[a] = centers[a]
+                seen.add("sits out")
+        seen.update("down" if not u else "up" for u in up)
+        np.testing.assert_array_equal(new, expected)
+    assert seen == {"sits out", "down", "up"}
+    # No fault drawn: the plain update; and a fault model needs the ids its draws are keyed on.
+    quiet = kernels.center_update(*problem, 4.0, 0.7, faults=FaultModel(seed=3), update=5, agent_ids=agent_ids,
+                                  nbr_ids=nbr_ids)
+    np.testing.assert_array_equal(quiet, kernels.center_update(*problem, 4.0, 0.7))
+    with pytest.raises(ValueError, match="global ids"):
+        kernels.center_update(*problem, 4.0, 0.7, faults=faults, update=5)
 
 
 def test_disagreement_and_move():

@@ -10,9 +10,9 @@ import pytest
 from sklearn.cluster import KMeans
 
 from conftest import mpi_env, mpiexec, run_mpi
-from data_tools.dataset import write_dataset
+from nkmpi.formats.dataset import write_dataset
+from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
-from nkmpi.io import read_result
 from nkmpi.options import Options
 from nkmpi.reference import simulate
 

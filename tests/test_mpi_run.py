@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from conftest import run_mpi, uneven_dataset
+from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
-from nkmpi.io import read_result
 from nkmpi.options import Options
 from nkmpi.reference import simulate
 

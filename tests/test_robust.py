@@ -10,13 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import mpi_env, mpiexec, run_mpi, run_script, uneven_dataset
 from data_tools.generate import generate
+from nkmpi.formats.dataset import read_all
+from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
-from nkmpi.io import read_all, read_result
+from nkmpi.halo import HaloPlan, rank_graph_diameter
 from nkmpi.options import Options
 from nkmpi.reference import centralized_cost, simulate
+from nkmpi.stop import StopAgreement
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -72,6 +77,35 @@ def long_run_args(path, out):
     # each checkpoint tells when it iterates.
     return ["run", path, "-k", 4, "--rho", 50, "--iters", 30000, "--monitor-every", 0,
             "--checkpoint-every", 1000, "--out", out]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["path", "ring", "star", "er:p=0.3"]), st.integers(1, 6),
+       st.lists(st.one_of(st.none(), st.integers(1, 30)), min_size=6, max_size=6))
+def test_stop_agreement_through_neighbours_only(spec, n_ranks, asked_at):
+    """Ranks told only by their neighbour ranks, once per iteration, all stop after the
+    iteration the earliest request proposed (rank r is asked to stop from iteration
+    asked_at[r] on, or never)."""
+    network = build_network(spec, 12, seed=1)
+    owner = np.repeat(np.arange(n_ranks), np.diff(np.linspace(0, 12, n_ranks + 1).astype(int)))
+    neighbours = [HaloPlan.build(network, owner, np.flatnonzero(owner == r), r).ranks for r in range(n_ranks)]
+    hops = rank_graph_diameter(neighbours)
+    iteration = 0
+    stops = [StopAgreement(lambda r=r: asked_at[r] is not None and iteration >= asked_at[r], hops)
+             for r in range(n_ranks)]
+    asked = [t for t in asked_at[:n_ranks] if t is not None]
+    for iteration in range(1, 50):
+        for stop in stops:
+            stop.poll(iteration)
+        sent = [stop.deadline for stop in stops]
+        for stop, ranks in zip(stops, neighbours):
+            for q in ranks:
+                stop.hear(sent[q])
+        due = {stop.due(iteration) for stop in stops}
+        assert len(due) == 1, iteration          # every rank or none
+        if due.pop():
+            break
+    assert iteration == (min(asked) + hops if asked else 49)
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGUSR1])

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans
 
 from conftest import run_mpi, run_script
-from data_tools.dataset import write_dataset
 from nkmpi import seeding
 from nkmpi.errors import InputError
+from nkmpi.formats.dataset import write_dataset
+from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network, spanning_tree
-from nkmpi.io import read_result
 from nkmpi.options import Options
 from nkmpi.reference import agent_rows, centralized_cost, network_seeding, simulate
 

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import mpi_env, mpiexec, run_mpi
 from data_tools.generate import generate
-from nkmpi.io import read_result
+from nkmpi.formats.result import read_result
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS = REPO / "jobs"

@@ -1,15 +1,16 @@
 """Under mpiexec: `nkmpi run` that raises on one chosen rank, at start-up or in the loop.
 
 Usage: fail_on_one_rank.py RANK WHERE nkmpi-run-arguments...
-WHERE is `startup` (while reading its rows) or `loop:N` (in its N-th local pass).
+WHERE is `startup` (while checking the rows it read) or `loop:N` (in its N-th local pass).
 """
 
 import sys
 
 from mpi4py import MPI
 
-from nkmpi import io, kernels
+from nkmpi import kernels
 from nkmpi.cli import main
+from nkmpi.formats import dataset
 
 failing_rank, where = int(sys.argv[1]), sys.argv[2]
 calls = 0
@@ -29,7 +30,7 @@ def wrap(module, name, should_fail):
 
 
 if where == "startup":
-    wrap(io, "read_rows", lambda call: True)
+    wrap(dataset, "check_rows", lambda call: True)
 else:
     wrap(kernels, "assign_and_accumulate", lambda call, n=int(where.split(":")[1]): call == n)
 sys.exit(main(sys.argv[3:]))

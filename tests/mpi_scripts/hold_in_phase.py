@@ -2,7 +2,7 @@
 so that a test can signal it exactly there, whatever the machine's speed.
 
 Usage: hold_in_phase.py PHASE nkmpi-run-arguments...
-PHASE is `read` (io.read_rows), `seeding` (driver.network_seeding) or `write` (a rank opening
+PHASE is `read` (dataset.read_rows), `seeding` (driver.network_seeding) or `write` (a rank opening
 the laid-out result to write its slice into it, once the run is over).  Each rank prints
 `in PHASE` when it gets there, waits (at most a minute) until a stop signal has arrived, then
 goes on.
@@ -13,10 +13,11 @@ import time
 
 import h5py
 
-from nkmpi import driver, io, stop
+from nkmpi import driver, stop
 from nkmpi.cli import main
+from nkmpi.formats import dataset
 
-PHASES = {"read": (io, "read_rows"), "seeding": (driver, "network_seeding"), "write": (h5py, "File")}
+PHASES = {"read": (dataset, "read_rows"), "seeding": (driver, "network_seeding"), "write": (h5py, "File")}
 module, name = PHASES[sys.argv[1]]
 original = getattr(module, name)
 

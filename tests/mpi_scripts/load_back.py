@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nkmpi.graph import block_placement
-from nkmpi.io import open_dataset, read_labels, read_rows
+from nkmpi.formats.dataset import open_dataset, read_labels, read_rows
 
 comm = MPI.COMM_WORLD
 info = open_dataset(sys.argv[1])

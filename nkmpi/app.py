@@ -1,0 +1,448 @@
+"""One run on one rank, from options and data to an outcome: what `nkmpi run`,
+`nkmpi simulate` and `NKMeans.fit` have in common.
+
+A run reads or takes its rows, checks everything that can be wrong with its
+input before the first iteration (every check agreed on by all ranks,
+errors.agree), seeds, iterates (nkmpi.driver), writes checkpoints when asked
+or stopped, and assembles the result.  The callers differ only in where the
+rows come from (`DatasetSource`: a dataset file read by block placement;
+`ArraySource`: a user's arrays placed as the user placed them) and in what they
+do with the `Outcome` (a result file and an exit status, or estimator
+attributes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import InputError, agree
+from .formats import checkpoint as checkpoint_format
+from .formats import result as result_format
+from .formats.dataset import DatasetInfo, check_rows, open_dataset, read_all, read_rows
+from .formats.hdf5 import check_output, new_run_id, refuse_overwriting
+from .graph import block_placement, edge_file, graph_text, network_of, owners_from_bounds
+from .init import check_enough_distinct, distinct_rows
+from .monitor import LOOP_PHASES
+from .options import Options, resume_keys
+
+#: How a run ended: every iteration it needed ran; stopped by a signal with its checkpoint
+#: written; stopped by a signal before its first iteration, with nothing to save.
+FINISHED, STOPPED, STOPPED_AT_START = "finished", "stopped", "stopped at start"
+
+
+@dataclass
+class Shard:
+    """This rank's part of the data, and where the rest of it lives.
+
+    info : the whole data: its size, dtype, agent offsets and the file's own graph.
+    agents : (L,) ascending global ids of this rank's agents.
+    owner : (M,) the rank hosting each agent.
+    rank : this rank.
+    load : returns this rank's rows, grouped by agent and checked (collective).
+    """
+
+    info: DatasetInfo
+    agents: np.ndarray
+    owner: np.ndarray
+    rank: int
+    load: Callable[[], np.ndarray]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """(L+1,) offsets of this rank's agents within its rows."""
+        sizes = self.info.points_per_agent[self.agents]
+        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    @property
+    def consecutive(self) -> bool:
+        """Whether the ranks hold consecutive agents in rank order, as files store them."""
+        return bool(np.all(np.diff(self.owner) >= 0))
+
+    @property
+    def agent_start(self) -> int:
+        """The first of this rank's agents, where its slice of a file starts (consecutive ranks)."""
+        return int(self.agents[0]) if len(self.agents) else int(np.searchsorted(self.owner, self.rank))
+
+
+class DatasetSource:
+    """Rows from a dataset v1 file: each rank reads the agents of its block (block placement
+    balances the rows), and nothing else."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def open(self, comm) -> Shard:
+        rank, size = comm.Get_rank(), comm.Get_size()
+        info = agree(comm, open_dataset, self.path)
+        bounds = agree(comm, block_placement, info.points_per_agent, size)
+        first, stop = int(bounds[rank]), int(bounds[rank + 1])
+        return Shard(info, np.arange(first, stop), owners_from_bounds(bounds), rank,
+                     lambda: agree(comm, read_rows, info, first, stop))
+
+
+class ArraySource:
+    """Rows a user's program holds: `points` (n, p) of this rank's agents grouped by agent,
+    their local `agent_offsets` (default: one agent) and their global ids `agents`
+    (default: agents numbered in rank order)."""
+
+    def __init__(self, points, agent_offsets=None, agents=None):
+        self.path = None
+        self.points, self.agent_offsets, self.agents = points, agent_offsets, agents
+
+    def open(self, comm) -> Shard:
+        rank = comm.Get_rank()
+        points, offsets = agree(comm, rows_and_offsets, self.points, self.agent_offsets)
+        n_local = len(offsets) - 1
+        agents = self.agents
+        if agents is None:
+            first = sum(comm.allgather(n_local)[:rank])
+            agents = np.arange(first, first + n_local)
+        agents = agree(comm, _agent_ids, agents, n_local)
+        everyone = comm.allgather((agents, np.diff(offsets), points.shape[1], points.dtype.str))
+        ids = np.concatenate([a for a, *_ in everyone])
+
+        def check_placement():
+            if not np.array_equal(np.sort(ids), np.arange(len(ids))):
+                raise InputError("the ranks' agents must together be 0..M-1, each on one rank")
+            shapes = sorted({(p, dtype) for *_, p, dtype in everyone})
+            if len(shapes) != 1:
+                raise InputError(f"ranks disagree on the number of features or the dtype: {shapes}")
+
+        agree(comm, check_placement)
+        owner = np.empty(len(ids), dtype=np.int64)
+        owner[ids] = np.concatenate([np.full(len(a), r) for r, (a, *_) in enumerate(everyone)])
+        sizes = np.empty(len(ids), dtype=np.int64)
+        sizes[ids] = np.concatenate([s for _, s, *_ in everyone])
+        all_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        info = DatasetInfo(None, int(all_offsets[-1]), points.shape[1], points.dtype, all_offsets,
+                           False, None)
+        return Shard(info, agents, owner, rank, lambda: points)
+
+
+def rows_and_offsets(points, agent_offsets):
+    """`points` as a C-contiguous float32/float64 (n, p) array of checked rows, and the
+    agents' row offsets (default: one agent)."""
+    try:
+        points = np.ascontiguousarray(points)
+        if points.dtype not in (np.float32, np.float64):
+            points = points.astype(np.float64)
+        offsets = np.array([0, len(points)] if agent_offsets is None else agent_offsets, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"X and agent_offsets must be numeric arrays: {exc}") from None
+    if points.ndim != 2 or points.shape[1] < 1:
+        raise InputError(f"X must be 2-D (n, p) with p >= 1, has shape {points.shape}")
+    if (offsets.ndim != 1 or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(points)
+            or (np.diff(offsets) < 0).any()):
+        raise InputError("agent_offsets must start at 0, not decrease and end at len(X)")
+    check_rows(points, "X")
+    return points, offsets
+
+
+def _agent_ids(agents, n_local):
+    try:
+        agents = np.asarray(agents, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError("agents must be an array of agent ids") from None
+    if agents.shape != (n_local,):
+        raise InputError(f"agents must list this rank's {n_local} agents (one per agent_offsets "
+                         f"interval), got shape {agents.shape}")
+    if (np.diff(agents) <= 0).any():
+        raise InputError("a rank's agents must be listed in ascending order")
+    return agents
+
+
+@dataclass
+class Outcome:
+    """How a run ended (FINISHED, STOPPED or STOPPED_AT_START), this rank's share of its
+    result (None when stopped at start) and the global ids of its agents, the attributes
+    of its result file, and the files it wrote or would write."""
+
+    status: str
+    result: object
+    agents: np.ndarray
+    attrs: dict
+    out: object
+    checkpoint: object
+
+
+def sibling(path, suffix):
+    """`path` with its extension replaced by `suffix`: where default outputs go."""
+    return os.path.splitext(os.fspath(path))[0] + suffix
+
+
+def output_paths(options: Options, data, init_file=None):
+    """The result and checkpoint paths of a run (None where it writes none), refused
+    when one would replace an input or the other output.
+
+    A checkpoint may replace the one it resumes from: that is how a requeued
+    job goes on, and every rank has read its share before the first is written.
+    """
+    out = options.out or (sibling(data, ".result.h5") if data else None)
+    inputs = {"the dataset": data, "the --init file": init_file,
+              "the --graph edge file": edge_file(options.graph) if isinstance(options.graph, str) else None}
+    if out:
+        refuse_overwriting("--out", out, {**inputs, "the --resume checkpoint": options.resume})
+    checkpoint = options.checkpoint or (sibling(out, ".checkpoint.h5") if data else None)
+    if checkpoint:
+        refuse_overwriting("--checkpoint", checkpoint, {**inputs, "the result (--out)": out})
+    return out, checkpoint
+
+
+def data_attrs(options: Options, info: DatasetInfo, n_ranks: int) -> dict:
+    """The run's parameters as stored in its result and checkpoints (known before it runs)."""
+    attrs = options.as_attrs(graph_text(options.graph, info.edges))
+    if info.path is not None:
+        attrs["data"] = os.path.abspath(info.path)
+    attrs.update(n_ranks=n_ranks, n_agents=info.n_agents, n_points=info.n_points, n_features=info.n_features)
+    return attrs
+
+
+def outcome_attrs(result, seconds):
+    return {"iterations": result.iterations, "converged": result.converged, "seconds": seconds}
+
+
+def check_resumable(path, checkpoint, options, attrs):
+    """Refuse a checkpoint made with other settings, or one with nothing left to do."""
+    saved = checkpoint["attrs"]
+    keys = resume_keys() + ("n_agents", "n_points", "n_features")
+    differ = [f"{key} {saved.get(key)!r} -> {attrs[key]!r}" for key in keys if saved.get(key) != attrs[key]]
+    if differ:
+        raise InputError(f"--resume {path}: the checkpoint was made with other settings or data: "
+                         + "; ".join(differ))
+    shape = checkpoint["centers"].shape[1:]
+    if len(checkpoint["centers"]) and shape != (options.n_clusters, attrs["n_features"]):
+        raise InputError(f"--resume {path}: its centers have shape {shape}, the run needs "
+                         f"{(options.n_clusters, attrs['n_features'])}")
+    iteration = saved.get("iteration")
+    if not isinstance(iteration, int) or iteration < 1 or not isinstance(saved.get("rho_stage"), int):
+        raise InputError(f"--resume {path}: the checkpoint holds no valid iteration count")
+    if iteration >= options.max_iter:
+        raise InputError(f"--resume {path}: the checkpoint is at iteration {iteration}, "
+                         f"nothing left to do with --iters {options.max_iter}")
+
+
+def check_same_data(path, saved, attrs):
+    """Refuse a checkpoint of other points, offsets or edges, even of the same shapes."""
+    differ = [what for key, what in checkpoint_format.FINGERPRINTS.items() if saved.get(key) != attrs[key]]
+    if differ:
+        raise InputError(f"--resume {path}: the checkpoint was made for other data: "
+                         + ", ".join(differ) + " differ")
+
+
+def resident_bytes():
+    """This process's resident memory now (Linux), else its peak so far."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return peak_resident_bytes()
+
+
+def peak_resident_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rank_statistics(comm, result, shard_bytes, memory_before_load):
+    """Per-rank phase times, traffic and memory, gathered at the end for the result's attributes.
+
+    rank_peak_memory_bytes is the peak resident memory above what the rank held
+    before it read its rows (interpreter, libraries, compiled kernels).
+    """
+    peak = peak_resident_bytes()
+    counters = {"bytes_sent_per_iteration": result.bytes_sent, "shard_bytes": shard_bytes,
+                "peak_memory_bytes": peak - memory_before_load, "peak_resident_bytes": peak}
+    mine = [result.seconds[p] for p in LOOP_PHASES] + list(counters.values())
+    table = np.array(comm.allgather(mine), dtype=np.float64)
+    stats = {f"rank_seconds_{p}": table[:, i] for i, p in enumerate(LOOP_PHASES)}
+    stats.update({f"rank_{name}": table[:, len(LOOP_PHASES) + i].astype(np.int64)
+                  for i, name in enumerate(counters)})
+    return stats
+
+
+def method_text(options):
+    """The algorithm and its parameters, for the first progress line."""
+    if options.algorithm == "lloyd":
+        return "exact Lloyd (one allreduce per iteration)"
+    text = f"NK-means rho={options.rho:g}, alpha={options.alpha:g}"
+    if options.inner > 1:
+        text += f", {options.inner} center updates per pass"
+    if options.rho_schedule is not None:
+        text += ", rho schedule " + " -> ".join(f"{r:g}" for r in options.rho_stages())
+    return text
+
+
+def execute(comm, options: Options, source, *, init_file=None, report=None, stream=None,
+            stop_requested=None) -> Outcome:
+    """Run `options` on the data of `source` (DatasetSource or ArraySource); collective.
+
+    init_file : the file the initial centers were read from, an input no output may replace.
+    report : called as report(text, always) on rank 0 with the run's messages (always:
+        also in quiet runs); stream : where rank 0's monitor writes progress lines.
+    stop_requested : polled for a stop signal; a stopped run writes its checkpoint.
+    Thread pools: options.threads for the kernels, BLAS single-threaded.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from . import kernels
+    entered = time.perf_counter()
+    kernels.set_threads(options.threads)    # also starts the kernels' OpenMP pool, so it is limited below
+    with threadpool_limits(limits={"blas": 1, "openmp": options.threads}):
+        return _Run(comm, options, source, init_file, report, stream, stop_requested, entered).execute()
+
+
+class _Run:
+    """The steps of `execute`, sharing the run's state."""
+
+    def __init__(self, comm, options, source, init_file, report, stream, stop_requested, entered):
+        self.comm, self.options, self.source, self.init_file = comm, options, source, init_file
+        self.rank = comm.Get_rank()
+        self.report = report if report is not None and self.rank == 0 else (lambda text, always=False: None)
+        self.stream = stream if self.rank == 0 else None
+        self.stop_requested = stop_requested or (lambda: False)
+        self.entered = entered
+
+    def execute(self):
+        from mpi4py import MPI
+
+        from . import driver, kernels
+        comm, rank = self.comm, self.rank
+        out, checkpoint = agree(comm, output_paths, self.options, self.source.path, self.init_file)
+        run_id = comm.bcast(new_run_id() if rank == 0 else None, root=0)
+        shard = self.source.open(comm)
+        info = shard.info
+        options = agree(comm, self.options.resolve, info.n_points, info.n_agents)
+        agree(comm, options.check_data, info.n_features, info.dtype)
+        network = agree(comm, network_of, options.graph, info.n_agents, options.seed, info.edges)
+        attrs = data_attrs(options, info, comm.Get_size())
+        for path in (out, checkpoint):
+            if path:
+                agree(comm, check_output if rank == 0 else (lambda *_: None), path, run_id, attrs)
+        if (checkpoint or options.resume) and not shard.consecutive:
+            raise InputError("checkpoints need the ranks to hold consecutive agents in rank order",
+                             collective=True)
+        first, stop = shard.agent_start, shard.agent_start + len(shard.agents)
+        row_start, row_stop = int(info.offsets[first]), int(info.offsets[stop])
+        resume = None
+        if options.resume:
+            resume = agree(comm, checkpoint_format.read_checkpoint, options.resume, first, stop,
+                           row_start, row_stop)
+            agree(comm, check_resumable, options.resume, resume, options, attrs)
+        kernels.warm_up(info.dtype)
+        memory_before_load = resident_bytes()
+        points, offsets, agents = shard.load(), shard.offsets, shard.agents
+        if out or checkpoint or resume:
+            attrs.update(checkpoint_format.combine_fingerprints(
+                comm.allgather(checkpoint_format.block_fingerprint(points, offsets, agents)),
+                info.offsets, network))
+        if resume:
+            agree(comm, check_same_data, options.resume, resume["attrs"], attrs)
+        samples = comm.allgather(distinct_rows(points, options.n_clusters))
+        agree(comm, check_enough_distinct, samples, options.n_clusters)
+        self.report(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
+                    f"K={options.n_clusters}, {method_text(options)}, graph {attrs['graph']} "
+                    f"({len(network.edges)} edges), {comm.Get_size()} rank(s)"
+                    + (f", resuming at iteration {resume['attrs']['iteration']}" if resume else ""))
+        first_iteration = int(resume["attrs"]["iteration"]) if resume else 0
+        if comm.allreduce(bool(self.stop_requested()), op=MPI.LOR):     # before the seeding's work
+            return self.stopped_at_start(agents, attrs, out, checkpoint)
+        started = time.perf_counter()
+
+        def write_checkpoint(snapshot):
+            state = dict(attrs, **outcome_attrs(snapshot, time.perf_counter() - started),
+                         iteration=snapshot.iterations, rho_stage=snapshot.rho_stage)
+            checkpoint_format.write_checkpoint(
+                checkpoint, comm, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
+                agent_start=first, centers=snapshot.centers, initial_centers=snapshot.initial_centers,
+                row_start=row_start, labels=snapshot.labels, metrics=snapshot.metrics, attrs=state)
+            self.report(f"nkmpi: checkpoint after iteration {snapshot.iterations} written to {checkpoint}")
+
+        result = driver.run(comm, points, offsets, agents, network, shard.owner, options, self.stream,
+                            resume=resume, checkpoint=write_checkpoint if checkpoint else None,
+                            checkpoint_every=options.checkpoint_every, stop_requested=self.stop_requested)
+        if result.interrupted:
+            if result.iterations == first_iteration:
+                return self.stopped_at_start(agents, attrs, out, checkpoint)
+            write_checkpoint(result)
+            self.report(f"nkmpi: stopped by a signal; resume with --resume {checkpoint}", always=True)
+            return Outcome(STOPPED, result, agents, attrs, out, checkpoint)
+        attrs.update(outcome_attrs(result, time.perf_counter() - started))
+        attrs.update(rank_statistics(comm, result, points.nbytes, memory_before_load))
+        attrs.update(seconds_setup=started - self.entered + result.seconds["initialization"],
+                     seconds_loop=result.seconds["loop"])
+        if resume:
+            attrs.update(resumed_from=os.path.abspath(options.resume), resumed_at_iteration=first_iteration)
+        if out:
+            result_format.write_result(out, comm, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
+                                       agent_start=first, centers=result.centers,
+                                       initial_centers=result.initial_centers, row_start=row_start,
+                                       assignments=result.labels, metrics=result.metrics, attrs=attrs)
+        return Outcome(FINISHED, result, agents, attrs, out, checkpoint)
+
+    def stopped_at_start(self, agents, attrs, out, checkpoint):
+        """A stop requested during start-up: nothing to save, the next attempt redoes it."""
+        kept = (f"; --resume {self.options.resume} still holds" if self.options.resume
+                else "; the next attempt starts afresh")
+        self.report(f"nkmpi: stopped by a signal before the first iteration: no checkpoint was needed{kept}",
+                    always=True)
+        return Outcome(STOPPED_AT_START, None, agents, attrs, out, checkpoint)
+
+
+def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
+    """`nkmpi simulate`: the serial reference (nkmpi.reference) on a whole dataset, its
+    result written like a run's."""
+    from .reference import simulate as reference_simulate
+    out, _ = output_paths(options, data, init_file)
+    run_id = new_run_id()
+    info, points = read_all(data)
+    options = options.resolve(info.n_points, info.n_agents)
+    options.check_data(info.n_features, info.dtype)
+    check_enough_distinct([distinct_rows(points, options.n_clusters)], options.n_clusters)
+    network = network_of(options.graph, info.n_agents, options.seed, info.edges)
+    attrs = data_attrs(options, info, 1)
+    check_output(out, run_id, attrs)
+    attrs.update(checkpoint_format.combine_fingerprints(
+        [checkpoint_format.block_fingerprint(points, info.offsets, range(info.n_agents))],
+        info.offsets, network))
+    started = time.perf_counter()
+    result = reference_simulate(points, info.offsets, network, options, stream=stream)
+    attrs.update(outcome_attrs(result, time.perf_counter() - started), simulated=True)
+    result_format.write_result(out, None, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
+                               agent_start=0, centers=result.centers, initial_centers=result.initial_centers,
+                               row_start=0, assignments=result.assignments, metrics=result.metrics,
+                               attrs=attrs)
+    return Outcome(FINISHED, result, np.arange(info.n_agents), attrs, out, None)
+
+
+def summarize(path, data=None) -> dict:
+    """`nkmpi summary`: a result's outcome, and each agent's centers' centralized cost over
+    its dataset relative to centralized Lloyd's from the same start."""
+    from .formats.hdf5 import plain
+    from .reference import centralized_cost, lloyd
+    result = result_format.read_result(path)
+    attrs = {key: plain(value) for key, value in result["attrs"].items()}
+    data = data or attrs.get("data")
+    if not isinstance(data, str):
+        raise InputError(f"{path}: holds no dataset path; pass --data")
+    _, points = read_all(data)
+    centers, start = result["centers"], result["initial_centers"]
+    if centers.shape[2] != points.shape[1] or len(result["assignments"]) != len(points):
+        raise InputError(f"{path} does not belong to {data}: {len(result['assignments'])} points "
+                         f"x {centers.shape[2]} features against {len(points)} x {points.shape[1]}")
+    if not (len(centers) and np.isfinite(centers).all() and np.isfinite(start).all()):
+        raise InputError(f"{path}: its centers are missing or not finite (a damaged file)")
+    metrics = result["metrics"]
+    if not (np.isfinite(metrics["objective"][-1]) and np.isfinite(metrics["edge_disagreement"][-1])
+            and isinstance(attrs.get("iterations"), int)):
+        raise InputError(f"{path}: its metrics or iteration count are not numbers (a damaged file)")
+    lloyd_centers, lloyd_iterations = lloyd(points, start[0], max_iter=10000)
+    best = centralized_cost(points, lloyd_centers)
+    return {"iterations": attrs["iterations"], "converged": attrs.get("converged") is True,
+            "objective": metrics["objective"][-1], "disagreement": metrics["edge_disagreement"][-1],
+            "lloyd_iterations": lloyd_iterations,
+            "cost_ratios": np.array([centralized_cost(points, c) for c in centers]) / best}

@@ -1,0 +1,97 @@
+"""Checkpoints: a run's state after some iteration, written by `nkmpi run` (every rank its
+own slice) every --checkpoint-every iterations and when stopped by a signal, read back by
+`nkmpi run --resume`, each rank its own share.
+
+The layout is a result's (`nkmpi.formats.result`), with the labels of the last
+assignment pass in place of the assignments, and the fingerprints of the data it was
+made for among its attributes: a resumed run must go on with the same problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import TYPE_CHECKING, Iterable
+
+import h5py
+import numpy as np
+
+from ..errors import InputError
+from .hdf5 import CENTERS, INITIAL_CENTERS, check_header, plain, read_metrics, reading, write_state
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from ..graph import Network
+
+FORMAT, VERSION = "nkmpi-checkpoint", 1
+LABELS = "labels"
+#: The parts of a run's input that a checkpoint's fingerprint covers, as named to the user.
+FINGERPRINTS = {"fingerprint_points": "the points", "fingerprint_offsets": "the agents' rows (offsets)",
+                "fingerprint_graph": "the graph's edges"}
+
+
+def write_checkpoint(path: str | os.PathLike, comm: MPI.Comm | None, *, run_id: str, n_agents: int,
+                     n_points: int, agent_start: int, centers: np.ndarray, initial_centers: np.ndarray,
+                     row_start: int, labels: np.ndarray, metrics: dict, attrs: dict) -> None:
+    """A checkpoint: centers x(t) after attrs['iteration'] = t iterations and the labels
+    of the last assignment pass, which the next pass counts its changes against;
+    collective over `comm` as `write_state`."""
+    write_state(path, comm, run_id, file_format=FORMAT, version=VERSION, rows_name=LABELS,
+                rows_dtype=np.int32, n_agents=n_agents, n_points=n_points, agent_start=agent_start,
+                centers=centers, initial_centers=initial_centers, row_start=row_start, rows=labels,
+                metrics=metrics, attrs=attrs)
+
+
+def read_checkpoint(path: str | os.PathLike, first_agent: int, stop_agent: int, row_start: int,
+                    row_stop: int) -> dict:
+    """One rank's share of a checkpoint: its agents' centers, their initial centers,
+    its rows' labels, and (small, for every rank) the metrics and attributes."""
+    path = os.fspath(path)
+    where = f"--resume {path}"
+    if not os.path.isfile(path):
+        raise InputError(f"{where}: no such file")
+    with reading(f"{where}: cannot read the checkpoint"), h5py.File(path, "r") as f:
+        check_header(f, where, FORMAT, VERSION, "checkpoint")
+        state = {"centers": f[CENTERS][first_agent:stop_agent],
+                 "initial_centers": f[INITIAL_CENTERS][first_agent:stop_agent],
+                 "labels": f[LABELS][row_start:row_stop],
+                 "metrics": read_metrics(f),
+                 "attrs": {key: plain(value) for key, value in f.attrs.items()}}
+    n_agents, n_rows = stop_agent - first_agent, row_stop - row_start
+    if (state["centers"].ndim != 3 or len(state["centers"]) != n_agents
+            or state["initial_centers"].shape != state["centers"].shape
+            or state["labels"].shape != (n_rows,)):
+        raise InputError(f"{where}: the checkpoint's arrays do not have the shapes its "
+                         "data needs (a damaged or foreign file)")
+    return state
+
+
+def block_fingerprint(rows: np.ndarray, offsets: np.ndarray, agents: Iterable[int]) -> int:
+    """This block's share of the points' fingerprint: the sum, modulo 2**64, of a
+    64-bit BLAKE2b digest of each agent's rows keyed by the agent's id.
+
+    A sum does not care how the agents are split among ranks, so the shares of
+    any number of ranks add up to the same value (`combine_fingerprints`); the
+    key makes it care which agent holds which rows.
+    """
+    total = 0
+    for agent, start, stop in zip(agents, offsets[:-1], offsets[1:]):
+        digest = hashlib.blake2b(rows[start:stop], digest_size=8,
+                                 key=int(agent).to_bytes(8, "little"))
+        total += int.from_bytes(digest.digest(), "little")
+    return total % 2**64
+
+
+def combine_fingerprints(shares: Iterable[int], offsets: np.ndarray, network: Network) -> dict:
+    """The fingerprint attributes of a run: the points (the ranks' `block_fingerprint`
+    shares added), the agent offsets and the graph's edges, as hex strings."""
+    def digest(*arrays):
+        h = hashlib.blake2b(digest_size=8)
+        for array in arrays:
+            h.update(np.ascontiguousarray(array, dtype="<i8"))
+        return h.hexdigest()
+
+    return {"fingerprint_points": f"{sum(shares) % 2**64:016x}",
+            "fingerprint_offsets": digest(offsets),
+            "fingerprint_graph": digest(network.indptr, network.indices)}

@@ -1,0 +1,203 @@
+"""Dataset v1: the points a run clusters, grouped by agent, with the agents' offsets and
+optionally ground-truth labels and the agents' graph (docs/formats.md gives the schema).
+
+The data tools (and tests, and benchmarks) write it through `write_dataset` or, in pieces
+for data larger than memory, `write_dataset_rows`; every file is checked by this
+module's own reader before it takes its name.  `nkmpi run` reads it here: each rank
+opens the file, reads the O(M) metadata every rank needs (offsets, edges) and then only
+its own rows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+import h5py
+import numpy as np
+from numpy.typing import DTypeLike
+
+from ..errors import InputError
+from .hdf5 import atomic_file, check_header, reading, write_header
+
+FORMAT, VERSION = "nkmpi-dataset", 1
+#: (N, p) float32 or float64 rows, grouped by agent; (M+1,) int64 offsets: agent m owns
+#: rows offsets[m]:offsets[m+1]; optional (N,) int64 ground truth; optional group
+#: holding (E, 2) int64 undirected edges between agents.
+POINTS, AGENT_OFFSETS, LABELS, GRAPH, EDGES = "points", "agent_offsets", "labels", "graph", "graph/edges"
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What every rank knows about a dataset: shapes, offsets and the optional graph."""
+
+    path: str
+    n_points: int
+    n_features: int
+    dtype: np.dtype
+    offsets: np.ndarray
+    has_labels: bool
+    edges: object        # (E, 2) int64 array, or None when the file has no graph
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def points_per_agent(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def _fail(path, what):
+    raise InputError(f"{path}: {what}")
+
+
+def open_dataset(path: str | os.PathLike) -> DatasetInfo:
+    """Validate the structure of a dataset v1 file and read its metadata."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        _fail(path, "no such file")
+    if os.path.isdir(path):
+        _fail(path, "is a directory, not a dataset file")
+    with reading(f"{path}: cannot read"):
+        if not h5py.is_hdf5(path):
+            _fail(path, "not an HDF5 file")
+        with h5py.File(path, "r") as f:
+            return _read_metadata(path, f)
+
+
+def _read_metadata(path, f):
+    check_header(f, path, FORMAT, VERSION, "dataset")
+    for name in (POINTS, AGENT_OFFSETS):
+        if not isinstance(f.get(name), h5py.Dataset):
+            _fail(path, f"missing dataset {name!r}")
+    points = f[POINTS]
+    if points.ndim != 2 or points.shape[1] < 1:
+        _fail(path, f"{POINTS!r} must be 2-D (N, p) with p >= 1, has shape {points.shape}")
+    if points.dtype not in (np.float32, np.float64):
+        _fail(path, f"{POINTS!r} must be float32 or float64, is {points.dtype}")
+    n_points = points.shape[0]
+    offsets_ds = f[AGENT_OFFSETS]
+    if offsets_ds.ndim != 1 or offsets_ds.shape[0] < 2 or offsets_ds.dtype.kind not in "iu":
+        _fail(path, f"{AGENT_OFFSETS!r} must be a 1-D integer array of length M+1 >= 2, "
+                    f"has shape {offsets_ds.shape} and dtype {offsets_ds.dtype}")
+    offsets = offsets_ds[()].astype(np.int64)
+    if offsets[0] != 0:
+        _fail(path, f"{AGENT_OFFSETS!r} must start at 0, starts at {offsets[0]}")
+    drops = np.flatnonzero(np.diff(offsets) < 0)
+    if drops.size:
+        i = drops[0]
+        _fail(path, f"{AGENT_OFFSETS!r} decreases at agent {i} ({offsets[i]} -> {offsets[i + 1]})")
+    if offsets[-1] != n_points:
+        _fail(path, f"{AGENT_OFFSETS!r} ends at {offsets[-1]}, but {POINTS!r} has {n_points} rows")
+    has_labels = LABELS in f
+    if has_labels:
+        labels = f[LABELS]
+        if not isinstance(labels, h5py.Dataset) or labels.shape != (n_points,) or labels.dtype.kind not in "iu":
+            _fail(path, f"{LABELS!r} must be an integer array of shape ({n_points},)")
+    edges = None
+    if GRAPH in f and not isinstance(f[GRAPH], h5py.Group):
+        _fail(path, f"{GRAPH!r} must be a group (holding 'edges')")
+    if EDGES in f:
+        ds = f[EDGES]
+        if not isinstance(ds, h5py.Dataset) or ds.ndim != 2 or ds.shape[1] != 2 or ds.dtype.kind not in "iu":
+            _fail(path, f"{EDGES!r} must be an integer array of shape (E, 2), has "
+                        f"{getattr(ds, 'shape', 'a group')} {getattr(ds, 'dtype', '')}")
+        edges = ds[()].astype(np.int64)
+        n_agents = len(offsets) - 1
+        outside = np.flatnonzero(((edges < 0) | (edges >= n_agents)).any(axis=1))
+        if outside.size:
+            a, b = edges[outside[0]]
+            _fail(path, f"{EDGES!r} row {outside[0]} is ({a}, {b}): agent ids must be 0..{n_agents - 1}")
+    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges)
+
+
+def coordinate_limit(dtype: DTypeLike, n_features: int) -> float:
+    """The largest |coordinate| the kernels take in `dtype`: a squared distance
+    between two such points, summed over the features in the data's precision,
+    stays finite, and its sums in float64 over up to 10^12 rows (and rho times
+    the disagreement) do too.  Beyond it a run would end with an infinite
+    objective instead of an error."""
+    largest = min(np.finfo(dtype).max, np.finfo(np.float64).max * 1e-12)
+    return float(np.sqrt(largest / (8 * n_features)))
+
+
+def check_rows(rows: np.ndarray, where: str, first_row: int = 0, offsets: np.ndarray | None = None,
+               step: int = 1) -> None:
+    """Fail on a row holding NaN, Inf or a coordinate beyond `coordinate_limit`,
+    naming the row (and its agent, given the offsets); `rows` are every step-th row
+    from first_row on."""
+    limit = coordinate_limit(rows.dtype, rows.shape[1])
+    bad = np.flatnonzero(~(np.abs(rows) <= limit).all(axis=1))
+    if bad.size:
+        row = first_row + step * int(bad[0])
+        agent = "" if offsets is None else \
+            f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
+        what = ("contains NaN or Inf" if not np.isfinite(rows[bad[0]]).all()
+                else f"has a coordinate beyond +-{limit:.3g}, where squared distances overflow: "
+                     "rescale the data")
+        raise InputError(f"{where}: points row {row}{agent} {what}")
+
+
+def read_rows(info: DatasetInfo, first_agent: int, stop_agent: int, step: int = 1) -> np.ndarray:
+    """The points of agents first_agent..stop_agent-1 (every step-th row, for a
+    thinned view), checked (`check_rows`)."""
+    start, stop = int(info.offsets[first_agent]), int(info.offsets[stop_agent])
+    with reading(f"{info.path}: cannot read rows {start}..{stop}"), h5py.File(info.path, "r") as f:
+        rows = f[POINTS][start:stop:step]
+    check_rows(rows, info.path, start, info.offsets, step)
+    return rows
+
+
+def read_labels(info: DatasetInfo, first_agent: int, stop_agent: int) -> np.ndarray | None:
+    """Ground-truth labels of agents first_agent..stop_agent-1 (None when the file has none)."""
+    if not info.has_labels:
+        return None
+    with h5py.File(info.path, "r") as f:
+        return f[LABELS][int(info.offsets[first_agent]):int(info.offsets[stop_agent])]
+
+
+def read_all(path: str | os.PathLike) -> tuple[DatasetInfo, np.ndarray]:
+    """Every row of a dataset, for serial tools and the reference."""
+    info = open_dataset(path)
+    return info, read_rows(info, 0, info.n_agents)
+
+
+def write_dataset(path: str | os.PathLike, points: np.ndarray, agent_offsets: np.ndarray,
+                  labels: np.ndarray | None = None, edges: np.ndarray | None = None) -> None:
+    """Write a dataset v1 file whole (`write_dataset_rows` with all rows at once).
+
+    points (N, p) float32/float64 grouped by agent; agent_offsets (M+1,);
+    labels (N,) optional ground truth; edges (E, 2) optional agent graph.
+    """
+    points = np.asarray(points)
+    write_dataset_rows(path, points.shape, points.dtype, agent_offsets, [(0, points, labels)],
+                       has_labels=labels is not None, edges=edges)
+
+
+def write_dataset_rows(path: str | os.PathLike, shape: tuple, dtype: DTypeLike, agent_offsets: np.ndarray,
+                       blocks: Iterable[tuple], has_labels: bool = False, edges: np.ndarray | None = None) -> None:
+    """Write a dataset v1 file of `shape` (N, p) points in pieces, for data larger than memory.
+
+    blocks yields (first_row, points, labels) with rows first_row.. of the file, labels
+    None unless has_labels.  The file is written whole (`atomic_file`): `open_dataset`
+    checks it before it takes its name, so a file nkmpi would refuse never does.
+    """
+    with atomic_file(path) as temporary:
+        with h5py.File(temporary, "w") as f:
+            write_header(f, FORMAT, VERSION)
+            points_ds = f.create_dataset(POINTS, shape, dtype=dtype)
+            labels_ds = f.create_dataset(LABELS, shape[:1], dtype=np.int64) if has_labels else None
+            f[AGENT_OFFSETS] = np.asarray(agent_offsets, dtype=np.int64)
+            if edges is not None:
+                f[EDGES] = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+            for first_row, points, labels in blocks:
+                points_ds[first_row:first_row + len(points)] = points
+                if has_labels:
+                    labels = np.asarray(labels, dtype=np.int64)
+                    if labels.shape != (len(points),):
+                        raise InputError(f"{path}: {LABELS!r} must hold one label per point: got shape "
+                                         f"{labels.shape} for {len(points)} points")
+                    labels_ds[first_row:first_row + len(points)] = labels
+        open_dataset(temporary)

@@ -1,0 +1,222 @@
+"""What nkmpi's HDF5 formats share: the header that says what a file is, run ids and
+temporary names, the checks an output passes before any work, and the two ways a
+file is written whole.
+
+A file is written under a temporary name of its own run, in its folder, and renamed
+once complete, so that the final name never shows a partial file: `atomic_file` for
+one process (datasets, the data tools' pictures), `write_state` for the ranks of a run
+writing their own slices of a result or checkpoint in turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+from typing import TYPE_CHECKING, Iterator
+
+import h5py
+import numpy as np
+from numpy.typing import DTypeLike
+
+from .. import __version__
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+#: What h5py raises on a damaged or unexpected file (RuntimeError: HDF5's own complaints).
+READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
+#: What a result and a checkpoint share: every agent's centers, the centers it started
+#: from, and a group of one array per metric, a row per monitoring point.
+CENTERS, INITIAL_CENTERS, METRICS_GROUP = "centers", "initial_centers", "metrics"
+
+
+def plain(value: object) -> object:
+    """An HDF5 attribute as a plain Python value (str, number, bool or list), so that
+    comparing it never fails whatever type a damaged or foreign file holds."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def write_header(f: h5py.File, file_format: str, version: int) -> None:
+    """The attributes `check_header` reads back: which format the file is, in which version."""
+    f.attrs["format"], f.attrs["version"] = file_format, version
+
+
+def check_header(f: h5py.File, path_text: str, file_format: str, version: int, what: str) -> None:
+    """Refuse a file of another format or of a version this nkmpi does not read, before
+    reading any of it: its arrays would not mean what the reader takes them for.
+
+    path_text starts each message (the path, or the option that named it); what names
+    the format to the user ("dataset", "result", "checkpoint").
+    """
+    found = plain(f.attrs.get("format"))
+    if found != file_format:
+        raise InputError(f"{path_text}: not an nkmpi {what}: its format attribute is {found!r}, "
+                         f"expected {file_format!r}")
+    found = plain(f.attrs.get("version"))
+    if found != version:
+        raise InputError(f"{path_text}: {what} version {found!r} is not supported (this nkmpi reads "
+                         f"version {version})")
+
+
+@contextlib.contextmanager
+def reading(where: str, errors: tuple = READ_ERRORS) -> Iterator[None]:
+    """Turn what reading a damaged or foreign file raises (`errors`) into one InputError,
+    `WHERE: what went wrong`.  Only around reading code: elsewhere a bug must show its
+    traceback."""
+    try:
+        yield
+    except InputError:
+        raise
+    except errors as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def new_run_id() -> str:
+    """A name part no other run picks: host, process and random bits.
+
+    Rank 0 draws it and every rank uses it, so a run's temporary files are its
+    own and two runs given one output name never write into the same file.
+    """
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def partial_name(path: str | os.PathLike, run_id: str) -> str:
+    """Where run `run_id` writes a file before renaming it to `path`."""
+    return f"{os.fspath(path)}.partial-{run_id}"
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file: equal once links are resolved, or one inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:                 # one of them does not exist (yet)
+        return False
+
+
+def refuse_overwriting(option: str, path: str | os.PathLike, inputs: dict) -> None:
+    """Fail when output `path` names one of `inputs` ({what: path or None}), through
+    links included: no output ever replaces an input."""
+    for what, other in inputs.items():
+        if other is not None and same_file(path, other):
+            raise InputError(f"{option} {path} is {what} ({other}): refusing to overwrite it; "
+                             "choose another name")
+
+
+def check_output(path: str | os.PathLike, run_id: str, attrs: dict) -> None:
+    """Fail early when a file cannot be written at `path`: the folder must exist and
+    be writable, and the run's temporary name take an HDF5 file holding the
+    run's attributes, which a probe under that very name proves (long names,
+    read-only and full file systems, values HDF5 cannot store)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InputError(f"output {path} is a directory")
+    if not os.path.isdir(folder):
+        raise InputError(f"output folder {folder} does not exist")
+    probe = partial_name(path, run_id)
+    try:
+        with open(probe, "x"):          # the name and the folder, in the system's own words
+            pass
+        with h5py.File(probe, "w") as f:
+            f.attrs.update(attrs)
+    except OSError as exc:
+        raise InputError(f"cannot write {probe}: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"cannot store the run's parameters in {path}: {exc}") from None
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
+
+
+@contextlib.contextmanager
+def removed_on_failure(temporary: str) -> Iterator[None]:
+    """Remove the file `temporary` when the body fails, by an exception or a stop signal's:
+    a file written in part never stays behind."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[str]:
+    """Write `path` whole, in one process: the body writes the temporary file this yields
+    (a name of this run's own, in the same folder), which takes `path`'s place once the
+    body is done; on any failure it is removed and `path` stays as it was.
+
+    A file system that refuses the file (full, read-only) is the user's to fix, so its
+    error is an InputError naming `path`.
+    """
+    temporary = partial_name(path, new_run_id())
+    try:
+        with removed_on_failure(temporary):
+            yield temporary
+            os.replace(temporary, path)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_state(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, file_format: str,
+                version: int, rows_name: str, rows_dtype: DTypeLike, n_agents: int, n_points: int,
+                agent_start: int, centers: np.ndarray, initial_centers: np.ndarray, row_start: int,
+                rows: np.ndarray, metrics: dict, attrs: dict) -> None:
+    """Write a result or checkpoint whole; collective over `comm` (None: one process).
+
+    No rank holds all N rows' values, so none can write the file alone: rank 0 lays it
+    out under the run's temporary name (every dataset sized, attributes and metrics
+    set), the ranks write their own slices (agents from agent_start, rows from
+    row_start) in rank order, a token passed rank to rank keeping one writer at a time
+    as a serial HDF5 build requires, and rank 0 renames the file once all wrote.  A
+    rank that fails removes the temporary file: nothing half-written stays.
+    """
+    rank = 0 if comm is None else comm.Get_rank()
+    size = 1 if comm is None else comm.Get_size()
+    temporary = partial_name(path, run_id)
+    with removed_on_failure(temporary):
+        if rank == 0:
+            _, n_clusters, n_features = centers.shape
+            with h5py.File(temporary, "w") as f:
+                write_header(f, file_format, version)
+                f.attrs["nkmpi_version"] = __version__
+                for key, value in attrs.items():
+                    f.attrs[key] = value
+                for name in (CENTERS, INITIAL_CENTERS):
+                    f.create_dataset(name, (n_agents, n_clusters, n_features), dtype=np.float64)
+                f.create_dataset(rows_name, (n_points,), dtype=rows_dtype)
+                group = f.create_group(METRICS_GROUP)
+                for name, series in metrics.items():
+                    group.create_dataset(name, data=series)
+        if rank > 0:
+            comm.recv(source=rank - 1, tag=7)
+        with h5py.File(temporary, "r+") as f:
+            f[CENTERS][agent_start:agent_start + len(centers)] = centers
+            f[INITIAL_CENTERS][agent_start:agent_start + len(centers)] = initial_centers
+            f[rows_name][row_start:row_start + len(rows)] = rows
+        if rank < size - 1:
+            comm.send(True, dest=rank + 1, tag=7)
+        elif size > 1:
+            comm.send(True, dest=0, tag=8)
+        if rank == 0:
+            if size > 1:
+                comm.recv(source=size - 1, tag=8)
+            os.replace(temporary, path)
+    if comm is not None:
+        comm.Barrier()
+
+
+def read_metrics(f: h5py.File) -> dict:
+    """A result's or checkpoint's metrics: {name: one value per monitoring point}."""
+    return {name: f[METRICS_GROUP][name][()] for name in f[METRICS_GROUP]}

@@ -1,0 +1,123 @@
+"""The halo plan of one rank: which centers it sends to and receives from which rank.
+
+No MPI here: the plan is a function of the graph, the placement and the rank, so
+it can be built (and checked) for every rank of a run in one process.
+
+A rank sends each neighbour rank, once per exchange, exactly the centers of its
+agents that have a neighbour there, and receives the centers of that rank's
+agents that neighbour one of its own ("ghosts"); neighbours on the same rank
+are read from memory.  Each message ends with one control row carrying a single
+number (a stop agreement, nkmpi.stop), so every message has at least one row.
+
+The block's centers and the ghosts form one array `ext` (the block's L agents
+first, then the messages received, in the order of `ranks`), so the kernels
+index one array and nothing is copied: `nbr_idx` and `edge_a`/`edge_b` are rows
+of `ext`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from .graph import Network, concat_ranges
+
+#: The index that marks a message's control row in `send_index` and `recv_ids`.
+CONTROL = -1
+
+
+@dataclass(frozen=True)
+class HaloPlan:
+    """The exchange plan of one rank (all arrays int64).
+
+    rank : this rank; agents : (L,) ascending global ids of its agents.
+    ranks : (R,) the neighbour ranks, ascending: those hosting a neighbour of one of
+        the block's agents.  Messages go to and come from them in this order.
+    send_index : block index of each row sent, CONTROL for each message's last row;
+        the message to ranks[i] is send_index[send_displs[i]:][:send_counts[i]],
+        its agents in ascending id.
+    recv_ids : global id of each row received, CONTROL for each message's last row,
+        laid out like send_index by recv_counts and recv_displs; row i of them is
+        row L + i of `ext`.
+    control_rows : rows of `ext` holding the control rows received.
+    nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, in ascending
+        global id (the kernels' order); nbr_ids : the global id of each of them.
+    edge_a, edge_b : rows of `ext` for each edge (a, b), a < b, whose lower end is a
+        block agent: every edge of the graph is in exactly one rank's plan.
+    """
+
+    rank: int
+    agents: np.ndarray
+    ranks: np.ndarray
+    send_index: np.ndarray
+    send_counts: np.ndarray
+    send_displs: np.ndarray
+    recv_ids: np.ndarray
+    recv_counts: np.ndarray
+    recv_displs: np.ndarray
+    control_rows: np.ndarray
+    nbr_ptr: np.ndarray
+    nbr_idx: np.ndarray
+    nbr_ids: np.ndarray
+    edge_a: np.ndarray
+    edge_b: np.ndarray
+
+    @classmethod
+    def build(cls, network: Network, owner: np.ndarray, agents: np.ndarray, rank: int) -> HaloPlan:
+        """The plan of `rank`, which hosts `agents` (ascending global ids; owner[agents] == rank)
+        of `network`; owner : (M,) the rank of each agent."""
+        agents = np.asarray(agents, dtype=np.int64)
+        starts, stops = network.indptr[agents], network.indptr[agents + 1]
+        degree = stops - starts
+        source = np.repeat(np.arange(len(agents)), degree)          # block index of u
+        target = network.indices[concat_ranges(starts, stops)]     # global id of v, ascending per u
+        target_rank = owner[target]
+        remote = target_rank != rank
+
+        ranks = np.unique(target_rank[remote])
+        send_lists, recv_lists = [], []
+        for q in ranks:
+            to_q = remote & (target_rank == q)
+            send_lists.append(np.unique(source[to_q]))
+            recv_lists.append(np.unique(target[to_q]))
+        control = np.array([CONTROL])
+        send_index = np.concatenate([np.zeros(0, np.int64)] + [np.concatenate([s, control]) for s in send_lists])
+        recv_ids = np.concatenate([np.zeros(0, np.int64)] + [np.concatenate([r, control]) for r in recv_lists])
+        send_counts = np.array([len(s) + 1 for s in send_lists], dtype=np.int64)
+        recv_counts = np.array([len(r) + 1 for r in recv_lists], dtype=np.int64)
+
+        ext_ids = np.concatenate([agents, recv_ids])
+        order = np.argsort(ext_ids, kind="stable")
+        ext_row = order[np.searchsorted(ext_ids[order], target)]
+        lower = agents[source] < target
+        return cls(rank=int(rank), agents=agents, ranks=ranks.astype(np.int64), send_index=send_index,
+                   send_counts=send_counts, send_displs=np.cumsum(send_counts) - send_counts, recv_ids=recv_ids,
+                   recv_counts=recv_counts, recv_displs=np.cumsum(recv_counts) - recv_counts,
+                   control_rows=len(agents) + np.flatnonzero(recv_ids == CONTROL),
+                   nbr_ptr=np.concatenate([[0], np.cumsum(degree)]).astype(np.int64),
+                   nbr_idx=ext_row.astype(np.int64), nbr_ids=target, edge_a=source[lower],
+                   edge_b=ext_row[lower].astype(np.int64))
+
+    @property
+    def n_local(self) -> int:
+        """L, the block's agents: the first rows of `ext`."""
+        return len(self.agents)
+
+    @property
+    def n_ext(self) -> int:
+        """Rows of `ext`: the block's agents, then every row received."""
+        return len(self.agents) + len(self.recv_ids)
+
+
+def rank_graph_diameter(neighbour_ranks: list[np.ndarray]) -> int:
+    """Hops a value needs to reach every rank when each rank tells only its neighbour ranks
+    (neighbour_ranks[r] : HaloPlan.ranks of rank r)."""
+    size = len(neighbour_ranks)
+    if size == 1:
+        return 0
+    rows = np.repeat(np.arange(size), [len(n) for n in neighbour_ranks])
+    adjacency = csr_matrix((np.ones(len(rows)), (rows, np.concatenate(neighbour_ranks))), shape=(size, size))
+    return int(shortest_path(adjacency, unweighted=True, directed=False).max())

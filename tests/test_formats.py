@@ -1,0 +1,206 @@
+"""nkmpi.formats, one process: each format round trips, refuses another version and another
+format, and a writer that fails leaves neither its file nor a temporary one behind."""
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from nkmpi.errors import InputError
+from nkmpi.formats import checkpoint, dataset, hdf5, result
+from nkmpi.graph import build_network
+from nkmpi.monitor import METRICS
+
+OFFSETS = np.array([0, 3, 3, 7, 10])
+EDGES = np.array([[0, 1], [1, 2], [2, 3]])
+
+
+def points(dtype=np.float64):
+    return np.random.default_rng(0).standard_normal((10, 2)).astype(dtype)
+
+
+def state(n_points=10, n_agents=4, k=2, p=2):
+    """What a run hands the result and checkpoint writers, serially (comm None)."""
+    rng = np.random.default_rng(1)
+    return {"run_id": hdf5.new_run_id(), "n_agents": n_agents, "n_points": n_points, "agent_start": 0,
+            "centers": rng.standard_normal((n_agents, k, p)), "initial_centers": rng.standard_normal((n_agents, k, p)),
+            "row_start": 0, "metrics": {name: np.arange(3.0) for name in METRICS},
+            "attrs": {"seed": 3, "graph": "ring"}}
+
+
+def files(folder):
+    return sorted(os.listdir(folder))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dataset_round_trip(tmp_path, dtype):
+    path = tmp_path / "d.h5"
+    dataset.write_dataset(path, points(dtype), OFFSETS, labels=np.arange(10) % 3, edges=EDGES)
+    info, rows = dataset.read_all(path)
+    assert (info.n_points, info.n_features, info.n_agents, info.dtype) == (10, 2, 4, dtype)
+    np.testing.assert_array_equal(rows, points(dtype))
+    np.testing.assert_array_equal(info.offsets, OFFSETS)
+    np.testing.assert_array_equal(info.edges, EDGES)
+    np.testing.assert_array_equal(dataset.read_rows(info, 2, 4), points(dtype)[3:])
+    np.testing.assert_array_equal(dataset.read_rows(info, 0, 4, step=3), points(dtype)[::3])
+    np.testing.assert_array_equal(dataset.read_labels(info, 2, 3), np.arange(3, 7) % 3)
+    assert files(tmp_path) == ["d.h5"]
+
+
+def test_dataset_written_in_pieces_equals_the_whole(tmp_path):
+    whole, pieces = tmp_path / "whole.h5", tmp_path / "pieces.h5"
+    labels = np.arange(10) % 3
+    dataset.write_dataset(whole, points(), OFFSETS, labels)
+    blocks = [(start, points()[start:start + 4], labels[start:start + 4]) for start in (8, 0, 4)]
+    dataset.write_dataset_rows(pieces, (10, 2), np.float64, OFFSETS, blocks, has_labels=True)
+    with h5py.File(whole) as a, h5py.File(pieces) as b:
+        assert dict(a.attrs) == dict(b.attrs) == {"format": "nkmpi-dataset", "version": 1}
+        assert set(a) == set(b) == {"points", "agent_offsets", "labels"}
+        for name in a:
+            assert a[name].dtype == b[name].dtype
+            np.testing.assert_array_equal(a[name][()], b[name][()])
+
+
+@pytest.mark.parametrize("arguments,words", [
+    ((points(), [0, 5]), ["'agent_offsets' ends at 5"]),
+    ((np.ones((10, 2), dtype=int), OFFSETS), ["float32 or float64"]),
+    ((points()[:, 0], OFFSETS), ["2-D"]),
+    ((points(), OFFSETS, np.arange(9)), ["labels", "one label per point"]),
+    ((points(), OFFSETS, None, [[0, 4]]), ["agent ids must be 0..3"]),
+])
+def test_write_dataset_refuses_a_file_nkmpi_would_refuse(tmp_path, arguments, words):
+    with pytest.raises(InputError) as caught:
+        dataset.write_dataset(tmp_path / "d.h5", *arguments)
+    assert all(word in str(caught.value) for word in words), caught.value
+    assert files(tmp_path) == []
+
+
+def test_a_failing_dataset_writer_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "d.h5"
+    dataset.write_dataset(path, points(), OFFSETS)
+    before = path.read_bytes()
+
+    def blocks():
+        yield 0, points()[:5], None
+        raise RuntimeError("a chunk failed")
+
+    with pytest.raises(RuntimeError, match="a chunk failed"):
+        dataset.write_dataset_rows(path, (10, 2), np.float64, OFFSETS, blocks())
+    assert files(tmp_path) == ["d.h5"] and path.read_bytes() == before
+
+
+def test_atomic_file_renames_on_success_and_removes_on_failure(tmp_path):
+    path = tmp_path / "out.txt"
+    with hdf5.atomic_file(path) as temporary:
+        assert os.path.dirname(temporary) == str(tmp_path) and ".partial-" in temporary
+        with open(temporary, "w") as f:
+            f.write("whole")
+    assert files(tmp_path) == ["out.txt"] and path.read_text() == "whole"
+    with pytest.raises(KeyboardInterrupt):
+        with hdf5.atomic_file(path) as temporary, open(temporary, "w") as f:
+            f.write("half")
+            raise KeyboardInterrupt
+    assert files(tmp_path) == ["out.txt"] and path.read_text() == "whole"
+
+
+def test_atomic_file_reports_a_folder_it_cannot_write_as_bad_input(tmp_path):
+    path = tmp_path / "missing" / "out.txt"
+    with pytest.raises(InputError, match="cannot write .*out.txt"):
+        with hdf5.atomic_file(path) as temporary, open(temporary, "w"):
+            pass
+
+
+def test_result_round_trip(tmp_path):
+    path, given = tmp_path / "r.h5", state()
+    result.write_result(path, None, assignments=np.arange(10) % 2, **given)
+    got = result.read_result(path)
+    for name in ("centers", "initial_centers"):
+        assert got[name].dtype == np.float64
+        np.testing.assert_array_equal(got[name], given[name])
+    assert got["assignments"].dtype == np.int64
+    np.testing.assert_array_equal(got["assignments"], np.arange(10) % 2)
+    assert set(got["metrics"]) == set(METRICS)
+    attrs = got["attrs"]
+    assert (attrs["format"], attrs["version"], attrs["seed"], attrs["graph"]) == ("nkmpi-result", 1, 3, "ring")
+    assert "nkmpi_version" in attrs
+    assert files(tmp_path) == ["r.h5"]
+
+
+def test_checkpoint_round_trip_one_ranks_share(tmp_path):
+    path, given = tmp_path / "ck.h5", state()
+    checkpoint.write_checkpoint(path, None, labels=np.arange(10, dtype=np.int32), **given)
+    share = checkpoint.read_checkpoint(path, 1, 3, 3, 7)
+    np.testing.assert_array_equal(share["centers"], given["centers"][1:3])
+    np.testing.assert_array_equal(share["initial_centers"], given["initial_centers"][1:3])
+    assert share["labels"].dtype == np.int32
+    np.testing.assert_array_equal(share["labels"], np.arange(3, 7))
+    assert share["attrs"]["format"] == "nkmpi-checkpoint" and share["attrs"]["seed"] == 3
+    assert set(share["metrics"]) == set(METRICS)
+
+
+def test_a_failing_state_writer_leaves_no_file(tmp_path):
+    given = state()
+    given["attrs"]["unstorable"] = object()
+    with pytest.raises(TypeError):
+        result.write_result(tmp_path / "r.h5", None, assignments=np.zeros(10, dtype=int), **given)
+    assert files(tmp_path) == []
+
+
+def written(kind, path):
+    """A file of each format at `path`, and how its reader reads it."""
+    if kind == "dataset":
+        dataset.write_dataset(path, points(), OFFSETS)
+        return lambda: dataset.open_dataset(path)
+    if kind == "result":
+        result.write_result(path, None, assignments=np.zeros(10, dtype=int), **state())
+        return lambda: result.read_result(path)
+    checkpoint.write_checkpoint(path, None, labels=np.zeros(10, dtype=np.int32), **state())
+    return lambda: checkpoint.read_checkpoint(path, 0, 4, 0, 10)
+
+
+@pytest.mark.parametrize("kind", ["dataset", "result", "checkpoint"])
+def test_each_format_refuses_another_version(tmp_path, kind):
+    read = written(kind, tmp_path / "f.h5")
+    with h5py.File(tmp_path / "f.h5", "r+") as f:
+        f.attrs["version"] = 2
+    with pytest.raises(InputError, match=f"{kind} version 2 is not supported \\(this nkmpi reads version 1\\)"):
+        read()
+
+
+@pytest.mark.parametrize("kind", ["dataset", "result", "checkpoint"])
+def test_each_format_refuses_another_format(tmp_path, kind):
+    read = written(kind, tmp_path / "f.h5")
+    other = "nkmpi-checkpoint" if kind == "result" else "nkmpi-result"
+    with h5py.File(tmp_path / "f.h5", "r+") as f:
+        f.attrs["format"] = other
+    with pytest.raises(InputError, match=f"not an nkmpi {kind}: its format attribute is '{other}'"):
+        read()
+
+
+def test_read_result_refuses_a_damaged_file(tmp_path):
+    path = tmp_path / "r.h5"
+    result.write_result(path, None, assignments=np.zeros(10, dtype=int), **state())
+    with h5py.File(path, "r+") as f:
+        del f["metrics/objective"]
+    with pytest.raises(InputError, match="do not have the shapes of result v1"):
+        result.read_result(path)
+
+
+def test_fingerprint_shares_add_up_alike_on_any_split():
+    rows, network = points(), build_network("ring", 4)
+    whole = checkpoint.combine_fingerprints([checkpoint.block_fingerprint(rows, OFFSETS, range(4))], OFFSETS,
+                                            network)
+    shares = [checkpoint.block_fingerprint(rows[OFFSETS[a]:OFFSETS[b]], OFFSETS[a:b + 1] - OFFSETS[a],
+                                           range(a, b)) for a, b in ((0, 1), (1, 3), (3, 4))]
+    assert checkpoint.combine_fingerprints(shares, OFFSETS, network) == whole
+    assert set(whole) == set(checkpoint.FINGERPRINTS)
+    moved = checkpoint.block_fingerprint(rows, np.array([0, 4, 4, 7, 10]), range(4))
+    assert checkpoint.combine_fingerprints([moved], OFFSETS, network)["fingerprint_points"] != \
+        whole["fingerprint_points"]
+
+
+def test_plain_attributes():
+    assert hdf5.plain(b"nkmpi-result") == "nkmpi-result"
+    assert hdf5.plain(np.array([1, 2])) == [1, 2]
+    assert hdf5.plain(np.int64(1)) == 1 and type(hdf5.plain(np.int64(1))) is int

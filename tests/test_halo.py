@@ -1,0 +1,129 @@
+"""The halo plans of all ranks of a run, built in one process, fit together."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nkmpi.graph import Network, build_network, owners_from_bounds
+from nkmpi.halo import CONTROL, HaloPlan, rank_graph_diameter
+
+
+def all_plans(network, owner):
+    n_ranks = int(owner.max()) + 1 if len(owner) else 1
+    return [HaloPlan.build(network, owner, np.flatnonzero(owner == r), r) for r in range(n_ranks)]
+
+
+def ext_ids(plan):
+    """The global id of each row of `ext`: the block's agents, then the rows received."""
+    return np.concatenate([plan.agents, plan.recv_ids])
+
+
+def message(plan, ids, counts, displs, other):
+    """The part of `ids` (laid out by counts and displs) exchanged with rank `other`."""
+    i = int(np.searchsorted(plan.ranks, other))
+    assert plan.ranks[i] == other
+    return ids[displs[i]:displs[i] + counts[i]]
+
+
+def check_plans(network, owner):
+    plans = all_plans(network, owner)
+    edges = []
+    for plan in plans:
+        r = plan.rank
+        agents = plan.agents
+        np.testing.assert_array_equal(owner[agents], r)
+        for counts, displs, laid_out in ((plan.send_counts, plan.send_displs, plan.send_index),
+                                         (plan.recv_counts, plan.recv_displs, plan.recv_ids)):
+            assert len(counts) == len(displs) == len(plan.ranks)
+            np.testing.assert_array_equal(displs, np.cumsum(counts) - counts)
+            assert counts.sum() == len(laid_out)
+        assert r not in plan.ranks and (np.diff(plan.ranks) > 0).all()
+        # Each message ends with its one control row.
+        last = plan.send_displs + plan.send_counts - 1
+        np.testing.assert_array_equal(np.flatnonzero(plan.send_index == CONTROL), last)
+        last = plan.recv_displs + plan.recv_counts - 1
+        np.testing.assert_array_equal(np.flatnonzero(plan.recv_ids == CONTROL), last)
+        np.testing.assert_array_equal(plan.control_rows, len(agents) + last)
+        assert plan.n_ext == len(ext_ids(plan))
+
+        for q in plan.ranks:
+            other = plans[q]
+            # What r sends q is what q expects from r, in the same order.
+            index = message(plan, plan.send_index, plan.send_counts, plan.send_displs, q)
+            sent = np.where(index == CONTROL, CONTROL, agents[index])
+            expected = message(other, other.recv_ids, other.recv_counts, other.recv_displs, r)
+            np.testing.assert_array_equal(sent, expected)
+            # Exactly the agents with a neighbour on q, ascending.
+            wanted = [a for a in agents if (owner[network.neighbours(a)] == q).any()]
+            np.testing.assert_array_equal(sent[:-1], wanted)
+
+        # Every neighbour of every block agent sits at the right row of ext, in ascending id.
+        ids = ext_ids(plan)
+        assert len(plan.nbr_ptr) == len(agents) + 1 and plan.nbr_ptr[0] == 0
+        for i, a in enumerate(agents):
+            entries = slice(plan.nbr_ptr[i], plan.nbr_ptr[i + 1])
+            np.testing.assert_array_equal(ids[plan.nbr_idx[entries]], network.neighbours(a))
+            np.testing.assert_array_equal(plan.nbr_ids[entries], network.neighbours(a))
+        assert (plan.nbr_idx < plan.n_ext).all()
+        assert (plan.edge_a < len(agents)).all()
+        edges.append(np.column_stack([ids[plan.edge_a], ids[plan.edge_b]]))
+
+    # Each edge counted once network-wide, by the rank of its lower end.
+    found = np.concatenate(edges) if edges else np.zeros((0, 2), np.int64)
+    assert len(found) == len(network.edges)
+    np.testing.assert_array_equal(found[np.lexsort(found.T[::-1])], network.edges)
+    return plans
+
+
+@pytest.mark.parametrize("spec", ["ring", "path", "star", "complete", "torus", "er:p=0.3", "ws:k=4,p=0.3"])
+@pytest.mark.parametrize("n_ranks", [1, 2, 3, 5])
+def test_contiguous_blocks(spec, n_ranks):
+    network = build_network(spec, 12, seed=1)
+    bounds = np.linspace(0, 12, n_ranks + 1).astype(np.int64)
+    check_plans(network, owners_from_bounds(bounds))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 20), st.integers(1, 5), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_any_placement_of_any_graph(n_agents, n_ranks, p, seed):
+    """Agents scattered over ranks at random, some ranks empty, graphs not always connected."""
+    rng = np.random.default_rng(seed)
+    pairs = np.argwhere(np.triu(rng.random((n_agents, n_agents)) < p, 1))
+    network = Network.from_edges(n_agents, pairs)
+    owner = rng.integers(0, n_ranks, size=n_agents)
+    owner[0] = n_ranks - 1                     # so that every rank up to n_ranks - 1 has a plan
+    check_plans(network, owner)
+
+
+def test_one_rank_has_no_remote_neighbours():
+    network = build_network("ring", 6)
+    (plan,) = check_plans(network, np.zeros(6, dtype=np.int64))
+    assert len(plan.ranks) == len(plan.send_index) == len(plan.recv_ids) == len(plan.control_rows) == 0
+    assert plan.n_ext == 6
+    assert rank_graph_diameter([plan.ranks]) == 0
+
+
+def test_components_on_their_own_ranks_talk_to_no_one():
+    network = Network.from_edges(6, [[0, 1], [1, 2], [3, 4], [4, 5]])
+    plans = check_plans(network, np.array([0, 0, 0, 1, 1, 1]))
+    for plan in plans:
+        assert len(plan.ranks) == 0 and plan.n_ext == 3
+
+
+def test_empty_block():
+    network = build_network("ring", 6)
+    plans = check_plans(network, np.array([0, 0, 0, 2, 2, 2]))
+    empty = plans[1]
+    assert len(empty.agents) == len(empty.ranks) == len(empty.nbr_idx) == len(empty.edge_a) == 0
+    np.testing.assert_array_equal(empty.nbr_ptr, [0])
+    assert 1 not in plans[0].ranks and 1 not in plans[2].ranks
+
+
+@pytest.mark.parametrize("spec,n_ranks,diameter", [("ring", 4, 2), ("ring", 2, 1), ("path", 5, 4),
+                                                   ("star", 4, 2), ("complete", 3, 1)])
+def test_rank_graph_diameter(spec, n_ranks, diameter):
+    network = build_network(spec, 12)
+    bounds = np.linspace(0, 12, n_ranks + 1).astype(np.int64)
+    plans = all_plans(network, owners_from_bounds(bounds))
+    assert rank_graph_diameter([plan.ranks for plan in plans]) == diameter
