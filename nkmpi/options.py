@@ -132,7 +132,7 @@ class Options:
     """
 
     n_clusters: int = option(
-        8, "clusters per agent (K)", flag="-k/--clusters", type=int, required=True)
+        8, "clusters per agent (K)", flag="-k/--clusters", type=int, metavar="K", required=True)
     rho: object = option(
         None, "relaxation parameter: larger ties agents closer, converges slower",
         type=float, exclusive="tie", default_text="--coupling x mean points per agent")
@@ -142,7 +142,8 @@ class Options:
         "neighbours' centers); give rho or coupling, not both",
         type=float, metavar="C", exclusive="tie", default_text=f"{COUPLING:g}", resume=False)
     alpha: float = option(0.5, "step size in (0, 1]; the objective never increases for any such alpha", type=float)
-    max_iter: int = option(1000, "at most this many iterations", flag="--iters", type=int, resume=False)
+    max_iter: int = option(1000, "at most this many iterations", flag="--iters", type=int, metavar="N",
+                           resume=False)
     tol: float = option(
         1e-6, "stop at a monitoring point when no assignment changed and no center moved more than "
         "TOL, in data units", type=float)
@@ -407,8 +408,10 @@ def add_arguments(parser, command: str) -> None:
             continue
         target = parser
         if meta["exclusive"]:
-            target = groups.setdefault(meta["exclusive"], parser.add_mutually_exclusive_group())
-        default = _default_text(spec)
+            if meta["exclusive"] not in groups:
+                groups[meta["exclusive"]] = parser.add_mutually_exclusive_group()
+            target = groups[meta["exclusive"]]
+        default = None if meta["required"] else _default_text(spec)
         help_text = meta["help"] + ("" if default is None else f" (default {default})")
         kwargs = dict(dest=spec.name, help=help_text.replace("%", "%%"))
         if meta["action"]:

@@ -99,3 +99,15 @@ def test_the_option_table_has_a_row_per_option():
     assert len(rows) == len(fields(Options))
     assert all(row.count("|") >= 5 for row in rows)
     assert any(row.startswith("| `-k` / `--clusters`") for row in rows)
+
+
+@pytest.mark.parametrize("command", ["run", "simulate"])
+def test_help_lists_every_flag_of_the_command(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        make_parser().parse_args([command, "--help"])
+    assert stop.value.code == 0
+    shown = capsys.readouterr().out
+    for spec in fields(Options):
+        if command in spec.metadata["commands"]:
+            flag = (spec.metadata["flag"] or "--" + spec.name.replace("_", "-")).split("/")[-1]
+            assert flag in shown, flag
