@@ -5,6 +5,8 @@ seed, stored as a sorted edge array and a CSR adjacency (O(M + E) memory,
 never a dense matrix).
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 
 import networkx as nx
@@ -37,7 +39,7 @@ class Network:
     indices: np.ndarray
 
     @classmethod
-    def from_edges(cls, n_agents, edges):
+    def from_edges(cls, n_agents: int, edges) -> Network:
         """Drop self loops and duplicates, orient a < b, sort, and build the CSR."""
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
         if edges.size and (edges.min() < 0 or edges.max() >= n_agents):
@@ -54,23 +56,23 @@ class Network:
         return cls(n_agents, edges, indptr, both_key % n_agents)
 
     @property
-    def degree(self):
+    def degree(self) -> np.ndarray:
         return np.diff(self.indptr)
 
-    def neighbours(self, agent):
+    def neighbours(self, agent: int) -> np.ndarray:
         return self.indices[self.indptr[agent]:self.indptr[agent + 1]]
 
-    def to_networkx(self):
+    def to_networkx(self) -> nx.Graph:
         graph = nx.Graph()
         graph.add_nodes_from(range(self.n_agents))
         graph.add_edges_from(self.edges.tolist())
         return graph
 
-    def adjacency(self):
+    def adjacency(self) -> csr_matrix:
         return csr_matrix((np.ones(len(self.indices), dtype=np.int8), self.indices, self.indptr),
                           shape=(self.n_agents, self.n_agents))
 
-    def is_connected(self):
+    def is_connected(self) -> bool:
         if self.n_agents <= 1:
             return True
         return connected_components(self.adjacency(), directed=False, return_labels=False) == 1
@@ -94,14 +96,14 @@ class SpanningTree:
     child_index: np.ndarray
 
     @property
-    def height(self):
+    def height(self) -> int:
         return int(self.depth.max())
 
-    def children(self, agent):
+    def children(self, agent: int) -> np.ndarray:
         return self.child_index[self.child_ptr[agent]:self.child_ptr[agent + 1]]
 
 
-def spanning_tree(network, root=0):
+def spanning_tree(network: Network, root: int = 0) -> SpanningTree:
     """The breadth-first tree of `network` from `root` (neighbours taken in ascending
     id, so every rank builds the same tree)."""
     adjacency = network.adjacency()
@@ -167,7 +169,7 @@ def _spread_bits(v):
     return (v | (v << 1)) & 0x55555555
 
 
-def random_geometric_edges(n_agents, radius, seed=0):
+def random_geometric_edges(n_agents: int, radius: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A random geometric graph: agents uniform in the unit square, joined when at most
     `radius` apart.  Returns (edges, positions).
 
@@ -183,20 +185,20 @@ def random_geometric_edges(n_agents, radius, seed=0):
     return edges.astype(np.int64).reshape(-1, 2), positions
 
 
-def edge_file(spec):
+def edge_file(spec: str | None) -> str | None:
     """The edge file a graph spec reads (file:PATH), else None: an input no output may replace."""
     name, _, path = (spec or "").partition(":")
     return path if name == "file" and path else None
 
 
-def default_spec(spec, dataset_edges):
+def default_spec(spec: str | None, dataset_edges: np.ndarray | None) -> str:
     """The graph a run uses: the spec given, else the dataset's own graph, else a ring."""
     if spec is not None:
         return spec
     return "dataset" if dataset_edges is not None else "ring"
 
 
-def graph_text(graph, dataset_edges=None):
+def graph_text(graph, dataset_edges: np.ndarray | None = None) -> str:
     """How a run's graph option is named in its result: the spec in use, or 'given edges'
     for a networkx graph or an edge array (whose fingerprint tells them apart)."""
     if graph is None or isinstance(graph, str):
@@ -204,7 +206,7 @@ def graph_text(graph, dataset_edges=None):
     return "given edges"
 
 
-def network_of(graph, n_agents, seed=0, dataset_edges=None):
+def network_of(graph, n_agents: int, seed: int = 0, dataset_edges: np.ndarray | None = None) -> Network:
     """The connected Network of a run's graph option: a spec (None: the dataset's graph,
     else a ring), a networkx graph or an (E, 2) array of agent ids."""
     if graph is None or isinstance(graph, str):
@@ -220,7 +222,8 @@ def network_of(graph, n_agents, seed=0, dataset_edges=None):
     return network
 
 
-def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=True):
+def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_edges: np.ndarray | None = None,
+                  require_connected: bool = True) -> Network:
     """The Network named by `spec` over `n_agents` agents; random graphs seeded by `seed`.
 
     spec None means the dataset's graph when it has one, else a ring.
@@ -276,14 +279,14 @@ def build_network(spec, n_agents, seed=0, dataset_edges=None, require_connected=
     return network
 
 
-def require_connected_graph(network, name):
+def require_connected_graph(network: Network, name: str) -> None:
     """InputError for a disconnected graph: NK-means cannot reach agreement on it."""
     if not network.is_connected():
         raise InputError(f"{name} over {network.n_agents} agents is not connected: agents could never "
                          "agree (use another seed, a denser graph, or a connected edge list)")
 
 
-def graph_stats(network):
+def graph_stats(network: Network) -> dict:
     """Degree range, diameter, algebraic connectivity lambda_2 and connectivity, for `nkmpi info`."""
     degree = network.degree
     stats = {"agents": network.n_agents, "edges": len(network.edges),
@@ -304,7 +307,7 @@ def graph_stats(network):
     return stats
 
 
-def block_placement(points_per_agent, n_ranks):
+def block_placement(points_per_agent: np.ndarray, n_ranks: int) -> np.ndarray:
     """Contiguous blocks of agents over ranks, balanced by work.
 
     An agent's work is its point count plus one (its center update), so agents
@@ -325,7 +328,7 @@ def block_placement(points_per_agent, n_ranks):
     return bounds
 
 
-def concat_ranges(starts, stops):
+def concat_ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """arange(starts[0], stops[0]), arange(starts[1], stops[1]), ... concatenated, loop-free."""
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(stops, dtype=np.int64) - starts
@@ -333,6 +336,6 @@ def concat_ranges(starts, stops):
     return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
 
 
-def owners_from_bounds(bounds):
+def owners_from_bounds(bounds: np.ndarray) -> np.ndarray:
     """owner[m]: the rank hosting agent m, for contiguous blocks."""
     return np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
