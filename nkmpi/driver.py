@@ -36,6 +36,7 @@ from .faults import FaultModel
 from .graph import Network, concat_ranges, spanning_tree
 from .halo import HaloPlan, rank_graph_diameter
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct
+from .local_pass import LocalPass
 from .monitor import Monitor, PhaseTimer
 from .options import Options
 from .stop import StopAgreement
@@ -320,6 +321,7 @@ class _NKMeans:
         self.n_points = comm.allreduce(len(loop.points)) if options.rho_schedule else 0
         self.faults = FaultModel.from_options(options)
         self.statistics = kernels.accumulators(len(loop.agents), *loop.shape)
+        self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters)
         self.pass_offsets = loop.offsets
 
     @property
@@ -339,8 +341,9 @@ class _NKMeans:
         rho = self.stages[self.rho_stage]
         monitoring = options.is_monitor_point(iteration)
         exchange.start(stop.deadline)
-        sums, counts, sse, changed = kernels.assign_and_accumulate(loop.points, loop.offsets, exchange.centers,
-                                                                   loop.labels, out=self.statistics)
+        sums, counts, changed = self.local_pass.run(exchange.centers, loop.labels, self.statistics)
+        if monitoring:
+            sse = self.local_pass.sse(exchange.centers, loop.labels, self.statistics[2])
         timer.lap("local")
         stop.hear(exchange.finish())
         timer.lap("exchange")
@@ -401,6 +404,7 @@ class _Lloyd:
         self.pass_centers[:] = centers
         self.start_centers = self.block_centers() if loop.resume is None else loop.resume["initial_centers"]
         self.statistics = kernels.accumulators(len(self.pass_offsets) - 1, *loop.shape)
+        self.local_pass = LocalPass(loop.points, self.pass_offsets, loop.options.n_clusters)
         self.totals = ClusterTotals(comm, loop.shape)
 
     def block_centers(self) -> np.ndarray:
@@ -413,12 +417,10 @@ class _Lloyd:
     def iterate(self, iteration: int, stop: StopAgreement) -> bool:
         loop, options, timer = self.loop, self.loop.options, self.loop.timer
         centers = self.pass_centers[0]
-        sums, counts, sse, changed = kernels.assign_and_accumulate(loop.points, self.pass_offsets, self.pass_centers,
-                                                                   loop.labels, out=self.statistics)
-        block_sse = sse.sum()
+        sums, counts, changed = self.local_pass.run(self.pass_centers, loop.labels, self.statistics)
         timer.lap("local")
-        sums, counts, _, total_changed, stopping = self.totals.allreduce(
-            sums.sum(axis=0), counts.sum(axis=0), block_sse, changed, stop.due(iteration))
+        sums, counts, total_changed, stopping = self.totals.allreduce(
+            sums.sum(axis=0), counts.sum(axis=0), changed, stop.due(iteration))
         if stopping:
             stop.hear(iteration)
         timer.lap("exchange")
@@ -426,7 +428,8 @@ class _Lloyd:
         timer.lap("update")
         rested = options.monitor_every > 0 and total_changed == 0
         if options.is_monitor_point(iteration) or rested:
-            loop.monitor.record(iteration, block_sse, 0.0, changed,
+            sse = self.local_pass.sse(self.pass_centers, loop.labels, self.statistics[2])
+            loop.monitor.record(iteration, sse.sum(), 0.0, changed,
                                 kernels.largest_move(centers[None], updated[None]), options.rho)
         self.pass_centers[:] = updated
         timer.lap("monitor")

@@ -108,7 +108,7 @@ class NeighbourExchange:
 
 class ClusterTotals:
     """Lloyd's baseline: one fused Allreduce per iteration of the K x p cluster
-    sums, the K counts, the cost, the changed labels and a stop request.
+    sums, the K counts, the changed labels and a stop request.
 
     Every rank then holds the pooled totals and computes the same means; a stop
     (a signal on any rank) reaches every rank in the same iteration.
@@ -118,28 +118,28 @@ class ClusterTotals:
         self.comm = comm
         self.shape = tuple(shape)
         n_clusters, n_features = self.shape
-        self.buffer = np.empty(n_clusters * n_features + n_clusters + 3)
+        self.buffer = np.empty(n_clusters * n_features + n_clusters + 2)
 
     @property
     def bytes_sent(self) -> int:
         """Bytes this rank contributes per iteration."""
         return self.buffer.nbytes
 
-    def allreduce(self, sums: np.ndarray, counts: np.ndarray, sse: float, changed: int,
-                  stop: bool) -> tuple[np.ndarray, np.ndarray, float, int, bool]:
-        """Sum (K, p) sums, (K,) counts, sse and changed over ranks; whether any rank stops.
+    def allreduce(self, sums: np.ndarray, counts: np.ndarray, changed: int,
+                  stop: bool) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """Sum (K, p) sums, (K,) counts and changed over ranks; whether any rank stops.
 
-        Returns the pooled (sums, counts, sse, changed, stop) on every rank.
+        Returns the pooled (sums, counts, changed, stop) on every rank.
         """
         n_clusters, n_features = self.shape
         width = n_clusters * n_features
         buffer = self.buffer
         buffer[:width] = sums.reshape(-1)
         buffer[width:width + n_clusters] = counts
-        buffer[-3:] = sse, changed, float(stop)
+        buffer[-2:] = changed, float(stop)
         self.comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
         return (buffer[:width].reshape(self.shape), buffer[width:width + n_clusters],
-                float(buffer[-3]), int(buffer[-2]), bool(buffer[-1] > 0))
+                int(buffer[-2]), bool(buffer[-1] > 0))
 
 
 class TreeChannel:

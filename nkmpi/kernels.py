@@ -33,7 +33,7 @@ def set_threads(n_threads: int) -> None:
     numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
 
 
-def _in_parallel(kernel, parallel_kernel, n_agents, *args):
+def in_parallel(kernel, parallel_kernel, n_agents, *args):
     """Run kernel(*args, first, stop) over all agents: directly on one thread, else
     over ranges of agents shared by the threads.  Each agent is computed the same
     way either way, so results never depend on the thread count."""
@@ -121,7 +121,7 @@ def assign_and_accumulate(points: np.ndarray, offsets: np.ndarray, centers: np.n
     whose label changed.
     """
     sums, counts, sse, changed = out if out is not None else accumulators(*centers.shape)
-    _in_parallel(_assign, _assign_parallel, len(centers),
+    in_parallel(_assign, _assign_parallel, len(centers),
                  points, offsets, centers, labels, sums, counts, sse, changed)
     return sums, counts, sse, int(changed.sum())
 
@@ -191,7 +191,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
         out = np.empty_like(centers)
     if (len(agent_ids) != len(centers) or len(nbr_ids) != len(nbr_idx)) and faults is not NO_FAULTS:
         raise ValueError("a fault model needs the global ids of the agents and of their neighbours")
-    _in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
+    in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                  float(rho), float(alpha), out, faults.params, int(update), agent_ids, nbr_ids)
     return out
 
@@ -309,6 +309,14 @@ def warm_up(dtype: np.dtype | type) -> None:
     exact_partials(np.zeros(1))
     largest_move(centers, centers)
     pack_rows(centers, nbr, 0.0, centers.copy())
+    from .local_pass import LocalPass       # built on this module's in_parallel
+    for n_features in (1, 16):              # the plain and the screening paths
+        rows = np.zeros((64, n_features), dtype=dtype)
+        local_pass = LocalPass(rows, np.array([0, 64]), 1)
+        labels, out = np.full(64, -1, dtype=np.int32), accumulators(1, 1, n_features)
+        for _ in range(2):                  # cold, then bounded
+            local_pass.run(np.zeros((1, 1, n_features)), labels, out)
+        local_pass.sse(np.zeros((1, 1, n_features)), labels, out[2])
 
 
 def nearest_labels(points: np.ndarray, offsets: np.ndarray, centers: np.ndarray,

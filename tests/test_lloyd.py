@@ -59,8 +59,8 @@ def test_lloyd_equals_scikit_learn(dataset, tmp_path, n_ranks):
     assert (metrics["edge_disagreement"] == 0).all()
     assert (np.diff(metrics["objective"]) <= 1e-9 * metrics["objective"][0]).all()
     assert got["attrs"]["algorithm"] == "lloyd"
-    # The fused allreduce: K x p sums, K counts and three scalars per rank and iteration.
-    assert (got["attrs"]["rank_bytes_sent_per_iteration"] == 8 * (5 * 3 + 5 + 3)).all()
+    # The fused allreduce: K x p sums, K counts, the changed labels and the stop flag.
+    assert (got["attrs"]["rank_bytes_sent_per_iteration"] == 8 * (5 * 3 + 5 + 2)).all()
 
 
 def test_simulate_lloyd_equals_the_mpi_run(dataset, tmp_path):

@@ -123,21 +123,27 @@ def coordinate_limit(dtype: DTypeLike, n_features: int) -> float:
     return float(np.sqrt(largest / (8 * n_features)))
 
 
+#: Rows `check_rows` looks at in one go.
+CHECK_ROWS = 65536
+
+
 def check_rows(rows: np.ndarray, where: str, first_row: int = 0, offsets: np.ndarray | None = None,
                step: int = 1) -> None:
     """Fail on a row holding NaN, Inf or a coordinate beyond `coordinate_limit`,
     naming the row (and its agent, given the offsets); `rows` are every step-th row
     from first_row on."""
     limit = coordinate_limit(rows.dtype, rows.shape[1])
-    bad = np.flatnonzero(~(np.abs(rows) <= limit).all(axis=1))
-    if bad.size:
-        row = first_row + step * int(bad[0])
-        agent = "" if offsets is None else \
-            f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
-        what = ("contains NaN or Inf" if not np.isfinite(rows[bad[0]]).all()
-                else f"has a coordinate beyond +-{limit:.3g}, where squared distances overflow: "
-                     "rescale the data")
-        raise InputError(f"{where}: points row {row}{agent} {what}")
+    for start in range(0, len(rows), CHECK_ROWS):          # in chunks: no temporary copy of a shard
+        bad = np.flatnonzero(~(np.abs(rows[start:start + CHECK_ROWS]) <= limit).all(axis=1))
+        if bad.size:
+            found = start + int(bad[0])
+            row = first_row + step * found
+            agent = "" if offsets is None else \
+                f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
+            what = ("contains NaN or Inf" if not np.isfinite(rows[found]).all()
+                    else f"has a coordinate beyond +-{limit:.3g}, where squared distances overflow: "
+                         "rescale the data")
+            raise InputError(f"{where}: points row {row}{agent} {what}")
 
 
 def read_rows(info: DatasetInfo, first_agent: int, stop_agent: int, step: int = 1) -> np.ndarray:

@@ -8,9 +8,9 @@ import sys
 
 from mpi4py import MPI
 
-from nkmpi import kernels
 from nkmpi.cli import main
 from nkmpi.formats import dataset
+from nkmpi.local_pass import LocalPass
 
 failing_rank, where = int(sys.argv[1]), sys.argv[2]
 calls = 0
@@ -32,5 +32,5 @@ def wrap(module, name, should_fail):
 if where == "startup":
     wrap(dataset, "check_rows", lambda call: True)
 else:
-    wrap(kernels, "assign_and_accumulate", lambda call, n=int(where.split(":")[1]): call == n)
+    wrap(LocalPass, "run", lambda call, n=int(where.split(":")[1]): call == n)
 sys.exit(main(sys.argv[3:]))

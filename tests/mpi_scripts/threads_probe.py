@@ -11,10 +11,10 @@ import numba
 from mpi4py import MPI
 from threadpoolctl import threadpool_info
 
-from nkmpi import kernels
+from nkmpi.local_pass import LocalPass
 from nkmpi.cli import main
 
-original = kernels.assign_and_accumulate
+original = LocalPass.run
 seen = {}
 
 
@@ -25,7 +25,7 @@ def probing(*args, **kwargs):
     return original(*args, **kwargs)
 
 
-kernels.assign_and_accumulate = probing
+LocalPass.run = probing
 status = main(sys.argv[1:])
 everything = MPI.COMM_WORLD.gather(seen, root=0)
 if MPI.COMM_WORLD.Get_rank() == 0:

@@ -1,0 +1,354 @@
+"""The assignment pass of a block, fast and exact.
+
+Labels, cluster sums, counts and changed rows are bit for bit those of the
+per-feature kernel (kernels.assign_and_accumulate, the reference path), which
+computes every distance sum_j (x_j - c_j)^2 in the data's precision and takes
+the first smallest.  Three ideas skip most of that work without changing a bit:
+
+* Certified screening (agents of at least SCREEN_ROWS rows, p >= SCREEN_FEATURES):
+  ||x||^2 - 2 x.c + ||c||^2 by BLAS GEMM over tiles of rows.  Where the gap
+  between the best and the second-best center exceeds the rounding error of
+  both forms, the best is the per-feature form's strict argmin; the other rows
+  (near ties, large magnitudes where the expanded form cancels) are assessed
+  exactly.
+* Bounds (Hamerly): each row keeps an upper bound on its true distance to its
+  own center and a lower bound on its distance to every other, moved each pass
+  by how far the centers moved.  A row whose bounds stay apart by more than the
+  per-feature form's rounding cannot change label and is skipped.
+* Settled agents: an agent none of whose labels changed keeps its cluster sums
+  and counts, identical to recomputing them (the same rows in the same order).
+
+Error bounds, with u the unit roundoff and gamma_n = n u / (1 - n u): the
+per-feature form gives d (1 + t), |t| <= gamma_{p+2} of the data's precision;
+the GEMM form errs by at most 2 gamma_p ||x|| ||c|| (any summation order) plus
+float64 rounding of the norms; both, plus ETA_ULPS smallest normals for
+underflow.  The bounds are of true Euclidean distances, stored as float32
+rounded outwards (8 bytes a row); a settled pass costs O(rows) bound updates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .kernels import in_parallel
+
+_JIT = dict(cache=True, nogil=True)
+
+#: Screen with GEMM when an agent has this many rows and the data this many features;
+#: below, the per-feature form costs about as much as the expanded one.
+SCREEN_ROWS, SCREEN_FEATURES = 64, 16
+#: Rows of one GEMM tile.
+TILE = 1024
+#: Smallest normals allowed per distance for underflow (products that flush to zero).
+ETA_ULPS = 8.0
+#: float32 storage of the bounds: pad by 2^-22 so that rounding to nearest stays outwards.
+_PAD = 2.0 ** -22
+_FLOAT32_MAX, _FLOAT32_TINY = 3.0e38, 1e-37
+
+
+def _gamma(n, dtype):
+    u = np.finfo(dtype).eps / 2
+    return 2 * n * u / (1 - n * u)          # twice gamma_n: room for what the analysis rounds off
+
+
+@njit(**_JIT)
+def _store_upper(value):
+    """A float32 at least `value` (inf when beyond float32)."""
+    padded = value * (1.0 + _PAD)
+    if padded > _FLOAT32_MAX:
+        return np.float32(np.inf)
+    return np.float32(max(padded, _FLOAT32_TINY))
+
+
+@njit(**_JIT)
+def _store_lower(value):
+    """A float32 at most `value` (0 when tiny, the float32 maximum when beyond)."""
+    padded = value * (1.0 - _PAD)
+    if padded < _FLOAT32_TINY:
+        return np.float32(0.0)
+    return np.float32(min(padded, _FLOAT32_MAX))
+
+
+@njit(**_JIT)
+def _distance(points, row, center, k):
+    """The per-feature form, exactly as the reference kernel computes it."""
+    acc = center[k, 0] - center[k, 0]         # zero in the data's precision
+    for j in range(center.shape[1]):
+        diff = points[row, j] - center[k, j]
+        acc += diff * diff
+    return acc
+
+
+@njit(**_JIT)
+def _ranked(k, d, best, d_best, d_second):
+    """(best, smallest, second smallest) once candidate k at d is seen; ties keep the lower
+    index.  Without branches: which candidate wins is unpredictable, and a mispredicted
+    branch per candidate would cost more than the arithmetic."""
+    d_second = min(d_second, max(d, d_best))
+    best = k if d < d_best else best
+    return best, min(d, d_best), d_second
+
+
+@njit(**_JIT)
+def _assess(points, row, center):
+    """All K distances of a row in the per-feature form: (best, its distance, the second
+    smallest distance; inf when K = 1)."""
+    best, d_best, d_second = 0, np.inf, np.inf
+    for k in range(center.shape[0]):
+        d = np.float64(_distance(points, row, center, k))
+        best, d_best, d_second = _ranked(k, d, best, d_best, d_second)
+    return best, d_best, d_second
+
+
+@njit(**_JIT)
+def _keep_bounds(upper, lower, row, d_best, d_second, err, f64_err):
+    """Store a row's bounds from its best and second-best squared distances in the GEMM
+    form, each within `err` of the true one."""
+    upper[row] = _store_upper(np.sqrt(d_best + err) * (1.0 + f64_err))
+    lower[row] = _store_lower(np.sqrt(max(d_second - err, 0.0)) * (1.0 - f64_err))
+
+
+@njit(**_JIT)
+def _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta):
+    """Store a row's bounds from its best and second-best squared distances in the
+    per-feature form, each within `exact_err` relative and `eta` absolute of the true one."""
+    _keep_bounds(upper, lower, row, (d_best + eta) / (1.0 - exact_err),
+                 max(d_second - eta, 0.0) / (1.0 + exact_err), 0.0, f64_err)
+
+
+@njit(**_JIT)
+def _add_row(points, row, label, sums, counts, a):
+    counts[a, label] += 1
+    for j in range(points.shape[1]):
+        sums[a, label, j] += np.float64(points[row, j])
+
+
+@njit(**_JIT)
+def _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a, exact_err, f64_err, eta):
+    """Every row of an agent per feature (no bounds yet, no screening); its sums on the way.
+    Returns the changed labels."""
+    changed = 0
+    for row in range(lo, hi):
+        best, d_best, d_second = _assess(points, row, center)
+        _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+        changed += labels[row] != best
+        labels[row] = best
+        _add_row(points, row, best, sums, counts, a)
+    return changed
+
+
+@njit(**_JIT)
+def _screen_rows(points, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
+                 center_norm, exact_err, screen_err, f64_err, eta):
+    """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
+    on the way.  Returns (changed labels, screened rows, assessed rows)."""
+    n_clusters, n_features = center.shape
+    largest = 0.0
+    for k in range(n_clusters):
+        total = 0.0
+        for j in range(n_features):
+            center_t[j, k] = center[k, j]
+            total += np.float64(center[k, j]) ** 2
+        center_norm[k] = total
+        largest = max(largest, np.sqrt(total))
+    changed = screened = assessed = 0
+    for start in range(lo, hi, TILE):
+        stop = min(start + TILE, hi)
+        tile = dots[:stop - start]
+        np.dot(points[start:stop], center_t, tile)
+        for i in range(stop - start):
+            row = start + i
+            size = sizes[row]
+            best, e_best, e_second = 0, np.inf, np.inf          # ||c||^2 - 2 x.c
+            for k in range(n_clusters):
+                best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best, e_best,
+                                                 e_second)
+            d_best, d_second = size * size + e_best, size * size + e_second
+            err = screen_err * size * largest + f64_err * (size + largest) ** 2 + eta
+            if (1.0 + exact_err) * (d_best + err) + eta < (1.0 - exact_err) * (d_second - err) - eta:
+                screened += 1
+                _keep_bounds(upper, lower, row, max(d_best, 0.0), d_second, err, f64_err)
+            else:
+                assessed += 1
+                best, d_best, d_second = _assess(points, row, center)
+                _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+            changed += labels[row] != best
+            labels[row] = best
+            _add_row(points, row, best, sums, counts, a)
+    return changed, screened, assessed
+
+
+@njit(**_JIT)
+def _bounded_rows(points, lo, hi, center, labels, upper, lower, move, largest, second, largest_k, exact_err,
+                  f64_err, eta):
+    """An agent whose rows have bounds: move them by the centers' moves, skip the rows they
+    keep, assess the others per feature.  Returns (changed labels, skipped rows, assessed rows)."""
+    changed = skipped = assessed = 0
+    for row in range(lo, hi):
+        b = labels[row]
+        up = (np.float64(upper[row]) + move[b]) * (1.0 + f64_err)
+        low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
+        apart = low > 0 and (1.0 + exact_err) * up * up + eta < (1.0 - exact_err) * low * low - eta
+        if not apart:        # tighten the upper bound to the exact distance to its own center
+            own = np.float64(_distance(points, row, center, b))
+            up = np.sqrt((own + eta) / (1.0 - exact_err)) * (1.0 + f64_err)
+            apart = low > 0 and (1.0 + exact_err) * up * up + eta < (1.0 - exact_err) * low * low - eta
+        if apart:
+            upper[row], lower[row] = _store_upper(up), _store_lower(low)
+            skipped += 1
+            continue
+        best, d_best, d_second = _assess(points, row, center)
+        assessed += 1
+        _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+        changed += labels[row] != best
+        labels[row] = best
+    return changed, skipped, assessed
+
+
+@njit(**_JIT)
+def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
+          counters, exact_err, screen_err, f64_err, eta, first, stop):
+    n_clusters, n_features = centers.shape[1], centers.shape[2]
+    center = np.empty((n_clusters, n_features), dtype=points.dtype)
+    center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
+    dots = np.empty((TILE, n_clusters), dtype=points.dtype)
+    center_norm = np.empty(n_clusters)
+    move = np.empty(n_clusters)
+    for a in range(first, stop):
+        lo, hi = offsets[a], offsets[a + 1]
+        for k in range(n_clusters):
+            for j in range(n_features):
+                center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
+        skipped = screened = assessed = 0
+        if ready[a]:
+            largest, second, largest_k = 0.0, 0.0, -1
+            for k in range(n_clusters):
+                gap = 0.0
+                for j in range(n_features):
+                    diff = np.float64(center[k, j]) - np.float64(previous[a, k, j])
+                    gap += diff * diff
+                move[k] = np.sqrt(gap) * (1.0 + f64_err) + eta
+                if move[k] > largest:
+                    second, largest, largest_k = largest, move[k], k
+                elif move[k] > second:
+                    second = move[k]
+            agent_changed, skipped, assessed = _bounded_rows(points, lo, hi, center, labels, upper, lower, move,
+                                                             largest, second, largest_k, exact_err, f64_err, eta)
+            if agent_changed:        # else the sums of the same rows in the same order stand
+                counts[a] = 0
+                sums[a] = 0
+                for row in range(lo, hi):
+                    _add_row(points, row, labels[row], sums, counts, a)
+        else:
+            counts[a] = 0
+            sums[a] = 0
+            if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
+                agent_changed, screened, assessed = _screen_rows(
+                    points, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
+                    center_norm, exact_err, screen_err, f64_err, eta)
+            else:
+                agent_changed = _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a,
+                                             exact_err, f64_err, eta)
+                assessed = hi - lo
+        previous[a] = center
+        ready[a] = True
+        changed[a] = agent_changed
+        counters[a, 0], counters[a, 1], counters[a, 2] = skipped, screened, assessed
+
+
+@njit(parallel=True, **_JIT)
+def _pass_parallel(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous,
+                   ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+    for r in prange(n_ranges):
+        _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
+              counters, exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
+              (r + 1) * n_agents // n_ranges)
+
+
+@njit(**_JIT)
+def _sse(points, offsets, centers, labels, sse, first, stop):
+    n_clusters, n_features = centers.shape[1], centers.shape[2]
+    center = np.empty((n_clusters, n_features), dtype=points.dtype)
+    for a in range(first, stop):
+        for k in range(n_clusters):
+            for j in range(n_features):
+                center[k, j] = centers[a, k, j]
+        total = 0.0
+        for row in range(offsets[a], offsets[a + 1]):
+            total += np.float64(_distance(points, row, center, labels[row]))
+        sse[a] = total
+
+
+@njit(parallel=True, **_JIT)
+def _sse_parallel(points, offsets, centers, labels, sse, n_ranges, n_agents):
+    for r in prange(n_ranges):
+        _sse(points, offsets, centers, labels, sse, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+
+
+@njit(**_JIT)
+def _row_sizes(points):
+    sizes = np.empty(points.shape[0])
+    for row in range(points.shape[0]):
+        total = 0.0
+        for j in range(points.shape[1]):
+            total += np.float64(points[row, j]) ** 2
+        sizes[row] = np.sqrt(total)
+    return sizes
+
+
+class LocalPass:
+    """The assignment pass of one block, remembering what lets it skip work.
+
+    points : (n, p) float32/float64, the block's rows grouped by agent (C order);
+    offsets : (L+1,) block-local row offsets; n_clusters : K.
+
+    Pass the same `labels` and `out` arrays to every `run` (the bounds describe
+    those labels, and a settled agent's sums are kept in `out`).  Memory: 8 bytes
+    a row of bounds, 8 more for the row norms when screening, and the block's
+    previous centers in the data's precision.
+
+    rows_skipped, rows_screened, rows_exact : of the last run, rows whose label the
+    bounds kept, rows the GEMM screening assigned, rows assessed per feature.
+    """
+
+    def __init__(self, points: np.ndarray, offsets: np.ndarray, n_clusters: int):
+        self.points = points
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        n_rows, n_features = points.shape
+        n_agents = len(self.offsets) - 1
+        self.upper = np.zeros(n_rows, dtype=np.float32)
+        self.lower = np.zeros(n_rows, dtype=np.float32)
+        self.previous = np.zeros((n_agents, n_clusters, n_features), dtype=points.dtype)
+        self.ready = np.zeros(n_agents, dtype=np.bool_)
+        self.counters = np.zeros((n_agents, 3), dtype=np.int64)
+        screening = n_features >= SCREEN_FEATURES and bool((np.diff(self.offsets) >= SCREEN_ROWS).any())
+        self.sizes = _row_sizes(points) if screening else np.zeros(0)
+        self.errors = (_gamma(n_features + 2, points.dtype), _gamma(n_features, points.dtype),
+                       _gamma(n_features + 4, np.float64), ETA_ULPS * n_features * np.finfo(points.dtype).tiny)
+        self.rows_skipped = self.rows_screened = self.rows_exact = 0
+
+    def run(self, centers: np.ndarray, labels: np.ndarray, out: tuple) -> tuple[np.ndarray, np.ndarray, int]:
+        """Assign each row to its agent's nearest center (ties: the lowest index) and add
+        up the cluster sums and counts.
+
+        centers : (L, K, p) float64; labels : (n,) int32, the previous labels (-1: none),
+        overwritten; out : kernels.accumulators(L, K, p).  Returns sums (L, K, p),
+        counts (L, K) and the number of rows whose label changed.
+        """
+        sums, counts, _, changed = out
+        in_parallel(_pass, _pass_parallel, len(centers), self.points, self.offsets, self.sizes, centers, labels,
+                    sums, counts, changed, self.upper, self.lower, self.previous, self.ready, self.counters,
+                    *self.errors)
+        self.rows_skipped, self.rows_screened, self.rows_exact = (int(c) for c in self.counters.sum(axis=0))
+        return sums, counts, int(changed.sum())
+
+    def forget(self) -> None:
+        """Drop the bounds and kept sums: the next run assesses every row (a cold pass)."""
+        self.ready[:] = False
+
+    def sse(self, centers: np.ndarray, labels: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """(L,) each agent's sum of its rows' squared distances to their labels' centers, in the
+        reference kernel's precision and order."""
+        in_parallel(_sse, _sse_parallel, len(centers), self.points, self.offsets, centers, labels, out)
+        return out
