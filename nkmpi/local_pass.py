@@ -38,8 +38,8 @@ _JIT = dict(cache=True, nogil=True)
 #: Screen with GEMM when an agent has this many rows and the data this many features;
 #: below, the per-feature form costs about as much as the expanded one.
 SCREEN_ROWS, SCREEN_FEATURES = 64, 16
-#: Rows of one GEMM tile.
-TILE = 1024
+#: Rows of one GEMM tile, and of one transposed tile of the per-feature form.
+TILE, ROW_TILE = 1024, 256
 #: Smallest normals allowed per distance for underflow (products that flush to zero).
 ETA_ULPS = 8.0
 #: float32 storage of the bounds: pad by 2^-22 so that rounding to nearest stays outwards.
@@ -125,16 +125,38 @@ def _add_row(points, row, label, sums, counts, a):
 
 
 @njit(**_JIT)
-def _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a, exact_err, f64_err, eta):
-    """Every row of an agent per feature (no bounds yet, no screening); its sums on the way.
-    Returns the changed labels."""
+def _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a, rows_t, dist, exact_err, f64_err,
+                 eta):
+    """Every row of an agent per feature (no bounds yet, no screening), in tiles whose
+    features are transposed so that the distance loop runs over rows, vectorized, with
+    the reference's operations in the reference's order; its sums on the way.  Returns
+    the changed labels."""
+    n_clusters, n_features = center.shape
     changed = 0
-    for row in range(lo, hi):
-        best, d_best, d_second = _assess(points, row, center)
-        _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
-        changed += labels[row] != best
-        labels[row] = best
-        _add_row(points, row, best, sums, counts, a)
+    for start in range(lo, hi, ROW_TILE):
+        n = min(ROW_TILE, hi - start)
+        for i in range(n):
+            for j in range(n_features):
+                rows_t[j, i] = points[start + i, j]
+        for k in range(n_clusters):
+            dist_k = dist[k]
+            for i in range(n):
+                dist_k[i] = 0
+            for j in range(n_features):
+                c = center[k, j]
+                feature = rows_t[j]
+                for i in range(n):
+                    diff = feature[i] - c
+                    dist_k[i] += diff * diff
+        for i in range(n):
+            best, d_best, d_second = 0, np.inf, np.inf
+            for k in range(n_clusters):
+                best, d_best, d_second = _ranked(k, np.float64(dist[k, i]), best, d_best, d_second)
+            row = start + i
+            _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+            changed += labels[row] != best
+            labels[row] = best
+            _add_row(points, row, best, sums, counts, a)
     return changed
 
 
@@ -215,6 +237,8 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
     dots = np.empty((TILE, n_clusters), dtype=points.dtype)
     center_norm = np.empty(n_clusters)
     move = np.empty(n_clusters)
+    rows_t = np.empty((n_features, ROW_TILE), dtype=points.dtype)
+    dist = np.empty((n_clusters, ROW_TILE), dtype=points.dtype)
     for a in range(first, stop):
         lo, hi = offsets[a], offsets[a + 1]
         for k in range(n_clusters):
@@ -222,13 +246,15 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
                 center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
         skipped = screened = assessed = 0
         if ready[a]:
-            largest, second, largest_k = 0.0, 0.0, -1
             for k in range(n_clusters):
                 gap = 0.0
                 for j in range(n_features):
                     diff = np.float64(center[k, j]) - np.float64(previous[a, k, j])
                     gap += diff * diff
-                move[k] = np.sqrt(gap) * (1.0 + f64_err) + eta
+                move[k] = gap
+            largest, second, largest_k = 0.0, 0.0, -1
+            for k in range(n_clusters):     # apart from the loop above, whose square roots vectorize
+                move[k] = np.sqrt(move[k]) * (1.0 + f64_err) + eta
                 if move[k] > largest:
                     second, largest, largest_k = largest, move[k], k
                 elif move[k] > second:
@@ -249,7 +275,7 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
                     center_norm, exact_err, screen_err, f64_err, eta)
             else:
                 agent_changed = _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a,
-                                             exact_err, f64_err, eta)
+                                             rows_t, dist, exact_err, f64_err, eta)
                 assessed = hi - lo
         previous[a] = center
         ready[a] = True
