@@ -50,6 +50,27 @@ TILE = 256
 
 
 @njit(**_JIT)
+def tile_distances(points, start, n, center, rows_t, dist):
+    """dist[k, i]: the squared distance of row start + i (i < n <= TILE) to center[k] (the
+    data's precision), features added in order.  The rows are transposed into rows_t
+    first, so that the loop over rows vectorizes."""
+    n_clusters, n_features = center.shape
+    for i in range(n):
+        for j in range(n_features):
+            rows_t[j, i] = points[start + i, j]
+    for k in range(n_clusters):
+        dist_k = dist[k]
+        for i in range(n):
+            dist_k[i] = 0
+        for j in range(n_features):          # features in order: same sums as the reference
+            c = center[k, j]
+            feature = rows_t[j]
+            for i in range(n):
+                diff = feature[i] - c
+                dist_k[i] += diff * diff
+
+
+@njit(**_JIT)
 def _assign(points, offsets, centers, labels, sums, counts, sse, changed, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     rows_t = np.empty((n_features, TILE), dtype=points.dtype)
@@ -65,19 +86,7 @@ def _assign(points, offsets, centers, labels, sums, counts, sse, changed, first,
         sums[a] = 0
         for start in range(offsets[a], offsets[a + 1], TILE):
             n = min(TILE, offsets[a + 1] - start)
-            for i in range(n):
-                for j in range(n_features):
-                    rows_t[j, i] = points[start + i, j]
-            for k in range(n_clusters):
-                dist_k = dist[k]
-                for i in range(n):
-                    dist_k[i] = 0
-                for j in range(n_features):          # features in order: same sums as the reference
-                    c = center[k, j]
-                    feature = rows_t[j]
-                    for i in range(n):
-                        diff = feature[i] - c
-                        dist_k[i] += diff * diff
+            tile_distances(points, start, n, center, rows_t, dist)
             for i in range(n):
                 best = 0
                 for k in range(1, n_clusters):

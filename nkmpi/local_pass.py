@@ -31,15 +31,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .kernels import in_parallel
+from .kernels import TILE as ROW_TILE
+from .kernels import in_parallel, tile_distances
 
 _JIT = dict(cache=True, nogil=True)
 
 #: Screen with GEMM when an agent has this many rows and the data this many features;
 #: below, the per-feature form costs about as much as the expanded one.
 SCREEN_ROWS, SCREEN_FEATURES = 64, 16
-#: Rows of one GEMM tile, and of one transposed tile of the per-feature form.
-TILE, ROW_TILE = 1024, 256
+#: Rows of one GEMM tile (ROW_TILE: of one transposed tile of the per-feature form).
+TILE = 1024
 #: Smallest normals allowed per distance for underflow (products that flush to zero).
 ETA_ULPS = 8.0
 #: float32 storage of the bounds: pad by 2^-22 so that rounding to nearest stays outwards.
@@ -127,27 +128,13 @@ def _add_row(points, row, label, sums, counts, a):
 @njit(**_JIT)
 def _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a, rows_t, dist, exact_err, f64_err,
                  eta):
-    """Every row of an agent per feature (no bounds yet, no screening), in tiles whose
-    features are transposed so that the distance loop runs over rows, vectorized, with
-    the reference's operations in the reference's order; its sums on the way.  Returns
-    the changed labels."""
-    n_clusters, n_features = center.shape
+    """Every row of an agent per feature (no bounds yet, no screening), tile by tile as the
+    reference kernel computes them; its sums on the way.  Returns the changed labels."""
+    n_clusters = center.shape[0]
     changed = 0
     for start in range(lo, hi, ROW_TILE):
         n = min(ROW_TILE, hi - start)
-        for i in range(n):
-            for j in range(n_features):
-                rows_t[j, i] = points[start + i, j]
-        for k in range(n_clusters):
-            dist_k = dist[k]
-            for i in range(n):
-                dist_k[i] = 0
-            for j in range(n_features):
-                c = center[k, j]
-                feature = rows_t[j]
-                for i in range(n):
-                    diff = feature[i] - c
-                    dist_k[i] += diff * diff
+        tile_distances(points, start, n, center, rows_t, dist)
         for i in range(n):
             best, d_best, d_second = 0, np.inf, np.inf
             for k in range(n_clusters):
