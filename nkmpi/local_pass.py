@@ -82,6 +82,14 @@ def _distance(points, row, center, k):
 
 
 @njit(**_JIT)
+def _separated(nearest, others, exact_err, eta):
+    """Whether a row whose true squared distance to one center is at most `nearest`, and to
+    every other at least `others`, has that center as the per-feature form's strict argmin
+    (the form errs by `exact_err` relative and `eta` absolute)."""
+    return (1.0 + exact_err) * nearest + eta < (1.0 - exact_err) * others - eta
+
+
+@njit(**_JIT)
 def _ranked(k, d, best, d_best, d_second):
     """(best, smallest, second smallest) once candidate k at d is seen; ties keep the lower
     index.  Without branches: which candidate wins is unpredictable, and a mispredicted
@@ -175,7 +183,7 @@ def _screen_rows(points, sizes, lo, hi, center, labels, upper, lower, sums, coun
                                                  e_second)
             d_best, d_second = size * size + e_best, size * size + e_second
             err = screen_err * size * largest + f64_err * (size + largest) ** 2 + eta
-            if (1.0 + exact_err) * (d_best + err) + eta < (1.0 - exact_err) * (d_second - err) - eta:
+            if _separated(d_best + err, d_second - err, exact_err, eta):
                 screened += 1
                 _keep_bounds(upper, lower, row, max(d_best, 0.0), d_second, err, f64_err)
             else:
@@ -198,11 +206,11 @@ def _bounded_rows(points, lo, hi, center, labels, upper, lower, move, largest, s
         b = labels[row]
         up = (np.float64(upper[row]) + move[b]) * (1.0 + f64_err)
         low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
-        apart = low > 0 and (1.0 + exact_err) * up * up + eta < (1.0 - exact_err) * low * low - eta
+        apart = low > 0 and _separated(up * up, low * low, exact_err, eta)
         if not apart:        # tighten the upper bound to the exact distance to its own center
             own = np.float64(_distance(points, row, center, b))
             up = np.sqrt((own + eta) / (1.0 - exact_err)) * (1.0 + f64_err)
-            apart = low > 0 and (1.0 + exact_err) * up * up + eta < (1.0 - exact_err) * low * low - eta
+            apart = low > 0 and _separated(up * up, low * low, exact_err, eta)
         if apart:
             upper[row], lower[row] = _store_upper(up), _store_lower(low)
             skipped += 1
