@@ -19,14 +19,13 @@ nkmpi.errors.Stopped, and a new fit with `resume` set to it goes on.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import signal
 
 import numpy as np
 
 from .errors import InputError, Stopped, agree
 from .options import Options, estimator_fields
+from .stop import noting_stop_signals
 
 
 def _parameters():
@@ -104,7 +103,7 @@ class NKMeans:
         from . import app
         comm = self.comm if self.comm is not None else MPI.COMM_WORLD
         options = agree(comm, self._options)
-        with _stop_requests(options.checkpoint is not None) as stop_requested:
+        with noting_stop_signals(options.checkpoint is not None) as stop_requested:
             outcome = app.execute(comm, options, app.ArraySource(X, agent_offsets, agents),
                                   stop_requested=stop_requested)
         if outcome.status == app.STOPPED:
@@ -143,23 +142,3 @@ NKMeans.__signature__ = _SIGNATURE
 NKMeans.__init__.__signature__ = _SIGNATURE.replace(
     parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + _parameters())
 NKMeans.__doc__ = NKMeans.__doc__.replace("{parameters}", _parameter_doc())
-
-
-@contextlib.contextmanager
-def _stop_requests(active):
-    """While a fit with a checkpoint runs: note SIGTERM and SIGUSR1, as `nkmpi run` does,
-    and put the program's own handlers back afterwards.  Yields the poll."""
-    from .stop import STOP_SIGNALS
-    received = []
-    previous = {}
-    if active:
-        try:
-            previous = {number: signal.signal(number, lambda number, frame: received.append(number))
-                        for number in STOP_SIGNALS}
-        except ValueError:          # not the main thread: signals stay the program's
-            previous = {}
-    try:
-        yield lambda: bool(received)
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)

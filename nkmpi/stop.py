@@ -11,9 +11,10 @@ Imported before anything heavy: this module needs only the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 #: The signals that ask a run to stop (and checkpoint, once it has iterated).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -38,6 +39,27 @@ def ignore_stop_signals() -> None:
 def requested() -> bool:
     """Whether a stop signal has arrived since `catch_stop_signals`."""
     return bool(_received)
+
+
+@contextlib.contextmanager
+def noting_stop_signals(active: bool = True) -> Iterator[Callable[[], bool]]:
+    """For a library call inside someone else's program (NKMeans.fit with a checkpoint):
+    note the stop signals while the body runs, put the program's own handlers back
+    after, and yield the poll.  Inactive, or off the main thread (where Python allows
+    no handlers), the signals stay the program's and the poll says no."""
+    received = []
+    previous = {}
+    if active:
+        try:
+            for number in STOP_SIGNALS:
+                previous[number] = signal.signal(number, lambda number, frame: received.append(number))
+        except ValueError:          # not the main thread
+            pass
+    try:
+        yield lambda: bool(received)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _never() -> bool:

@@ -5,6 +5,7 @@ rank 0 checks the gathered centers and labels.  Exit status 0 means equal.
 """
 
 import os
+import signal
 import sys
 import tempfile
 
@@ -12,8 +13,9 @@ import networkx as nx
 import numpy as np
 from mpi4py import MPI
 
-from nkmpi import NKMeans
+from nkmpi import NKMeans, Stopped
 from nkmpi.graph import Network
+from nkmpi.local_pass import LocalPass
 from nkmpi.options import Options
 from nkmpi.reference import simulate
 
@@ -85,6 +87,31 @@ try:        # the ranks' agents are not consecutive: no checkpoint can hold them
     assert size == 1, "a checkpoint of a scattered placement was accepted"
 except ValueError as exc:
     assert "consecutive agents" in str(exc), exc
+# A stop signal during a fit with a checkpoint: rank 0 signals itself in its 12th local pass;
+# every rank stops, the checkpoint is written, Stopped is raised, the program's own handler is
+# back afterwards, and resuming gives the uninterrupted fit bit for bit.
+original_run, passes = LocalPass.run, []
+
+
+def signalling_run(self, *args):
+    passes.append(1)
+    if rank == 0 and len(passes) == 12:
+        os.kill(os.getpid(), signal.SIGUSR1)
+    return original_run(self, *args)
+
+
+LocalPass.run = signalling_run
+stopped = os.path.join(folder, "stopped.checkpoint.h5")
+try:
+    NKMeans(max_iter=50, checkpoint=stopped, **common).fit(block_rows, block_offsets, block)
+    raise AssertionError("a stop signal did not stop the fit")
+except Stopped as exc:
+    assert "written" in str(exc), exc
+LocalPass.run = original_run
+assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+resumed = NKMeans(max_iter=50, resume=stopped, **common).fit(block_rows, block_offsets, block)
+assert resumed.cluster_centers_.tobytes() == whole.cluster_centers_.tobytes()
+assert np.array_equal(resumed.labels_, whole.labels_)
 if rank == 0:
     print("estimator matches the reference")
 sys.exit(0)
