@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit, prange
 
 from .kernels import TILE as ROW_TILE
-from .kernels import in_parallel, tile_distances
+from .kernels import in_parallel, tile_distances, written_zeros
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -41,6 +41,8 @@ _JIT = dict(cache=True, nogil=True)
 SCREEN_ROWS, SCREEN_FEATURES = 64, 16
 #: Rows of one GEMM tile (ROW_TILE: of one transposed tile of the per-feature form).
 TILE = 1024
+#: Agents whose center moves are computed together, ahead of their rows.
+AGENT_CHUNK = 64
 #: Smallest normals allowed per distance for underflow (products that flush to zero).
 ETA_ULPS = 8.0
 #: float32 storage of the bounds: pad by 2^-22 so that rounding to nearest stays outwards.
@@ -71,7 +73,7 @@ def _store_lower(value):
     return np.float32(min(padded, _FLOAT32_MAX))
 
 
-@njit(**_JIT)
+@njit(inline='always', **_JIT)
 def _distance(points, row, center, k):
     """The per-feature form, exactly as the reference kernel computes it."""
     acc = center[k, 0] - center[k, 0]         # zero in the data's precision
@@ -99,7 +101,7 @@ def _ranked(k, d, best, d_best, d_second):
     return best, min(d, d_best), d_second
 
 
-@njit(**_JIT)
+@njit(inline='always', **_JIT)
 def _assess(points, row, center):
     """All K distances of a row in the per-feature form: (best, its distance, the second
     smallest distance; inf when K = 1)."""
@@ -110,7 +112,7 @@ def _assess(points, row, center):
     return best, d_best, d_second
 
 
-@njit(**_JIT)
+@njit(inline='always', **_JIT)
 def _keep_bounds(upper, lower, row, d_best, d_second, err, f64_err):
     """Store a row's bounds from its best and second-best squared distances in the GEMM
     form, each within `err` of the true one."""
@@ -118,7 +120,7 @@ def _keep_bounds(upper, lower, row, d_best, d_second, err, f64_err):
     lower[row] = _store_lower(np.sqrt(max(d_second - err, 0.0)) * (1.0 - f64_err))
 
 
-@njit(**_JIT)
+@njit(inline='always', **_JIT)
 def _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta):
     """Store a row's bounds from its best and second-best squared distances in the
     per-feature form, each within `exact_err` relative and `eta` absolute of the true one."""
@@ -126,7 +128,7 @@ def _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, 
                  max(d_second - eta, 0.0) / (1.0 + exact_err), 0.0, f64_err)
 
 
-@njit(**_JIT)
+@njit(inline='always', **_JIT)
 def _add_row(points, row, label, sums, counts, a):
     counts[a, label] += 1
     for j in range(points.shape[1]):
@@ -197,21 +199,18 @@ def _screen_rows(points, sizes, lo, hi, center, labels, upper, lower, sums, coun
 
 
 @njit(**_JIT)
-def _bounded_rows(points, lo, hi, center, labels, upper, lower, move, largest, second, largest_k, exact_err,
-                  f64_err, eta):
-    """An agent whose rows have bounds: move them by the centers' moves, skip the rows they
-    keep, assess the others per feature.  Returns (changed labels, skipped rows, assessed rows)."""
+def _assess_pending(points, previous, a, labels, upper, lower, pending, pending_low, n_pending, exact_err,
+                    f64_err, eta):
+    """The rows whose moved bounds overlap: tighten each upper bound to the exact distance to
+    its own center; if that does not separate them, assess all K distances.  Returns
+    (changed labels, skipped rows, assessed rows)."""
+    center = previous[a]
     changed = skipped = assessed = 0
-    for row in range(lo, hi):
-        b = labels[row]
-        up = (np.float64(upper[row]) + move[b]) * (1.0 + f64_err)
-        low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
-        apart = low > 0 and _separated(up * up, low * low, exact_err, eta)
-        if not apart:        # tighten the upper bound to the exact distance to its own center
-            own = np.float64(_distance(points, row, center, b))
-            up = np.sqrt((own + eta) / (1.0 - exact_err)) * (1.0 + f64_err)
-            apart = low > 0 and _separated(up * up, low * low, exact_err, eta)
-        if apart:
+    for p in range(n_pending):
+        row, low = pending[p], pending_low[p]
+        own = np.float64(_distance(points, row, center, labels[row]))
+        up = np.sqrt((own + eta) / (1.0 - exact_err)) * (1.0 + f64_err)
+        if low > 0 and _separated(up * up, low * low, exact_err, eta):
             upper[row], lower[row] = _store_upper(up), _store_lower(low)
             skipped += 1
             continue
@@ -224,6 +223,35 @@ def _bounded_rows(points, lo, hi, center, labels, upper, lower, move, largest, s
 
 
 @njit(**_JIT)
+def _moves(centers, previous, ready, first, stop, move, f64_err, eta):
+    """For the agents first..stop-1 that have bounds: how far each center moved since the last
+    pass (true distance, rounded up), the largest and second-largest move and the largest's
+    index; `previous` takes the new centers in the data's precision.  Done for a chunk of
+    agents before their rows, so that no row waits on its agent's chain of square roots."""
+    n_clusters, n_features = centers.shape[1], centers.shape[2]
+    for a in range(first, stop):
+        if not ready[a]:
+            continue
+        i = a - first
+        for k in range(n_clusters):
+            gap = 0.0
+            for j in range(n_features):
+                c = previous.dtype.type(centers[a, k, j])      # in the data's precision, as the reference
+                diff = np.float64(c) - np.float64(previous[a, k, j])
+                previous[a, k, j] = c
+                gap += diff * diff
+            move[i, k] = gap
+        for k in range(n_clusters):         # apart from the loops around it: the square roots vectorize
+            move[i, k] = np.sqrt(move[i, k]) * (1.0 + f64_err) + eta
+        largest, second, largest_k = 0.0, 0.0, n_clusters
+        for k in range(n_clusters):         # without branches, like _ranked
+            second = max(second, min(move[i, k], largest))
+            largest_k = k if move[i, k] > largest else largest_k
+            largest = max(largest, move[i, k])
+        move[i, n_clusters], move[i, n_clusters + 1], move[i, n_clusters + 2] = largest, second, largest_k
+
+
+@njit(**_JIT)
 def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
           counters, exact_err, screen_err, f64_err, eta, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
@@ -231,51 +259,66 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
     dots = np.empty((TILE, n_clusters), dtype=points.dtype)
     center_norm = np.empty(n_clusters)
-    move = np.empty(n_clusters)
+    move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
     rows_t = np.empty((n_features, ROW_TILE), dtype=points.dtype)
     dist = np.empty((n_clusters, ROW_TILE), dtype=points.dtype)
-    for a in range(first, stop):
-        lo, hi = offsets[a], offsets[a + 1]
-        for k in range(n_clusters):
-            for j in range(n_features):
-                center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
-        skipped = screened = assessed = 0
-        if ready[a]:
-            for k in range(n_clusters):
-                gap = 0.0
-                for j in range(n_features):
-                    diff = np.float64(center[k, j]) - np.float64(previous[a, k, j])
-                    gap += diff * diff
-                move[k] = gap
-            largest, second, largest_k = 0.0, 0.0, -1
-            for k in range(n_clusters):     # apart from the loop above, whose square roots vectorize
-                move[k] = np.sqrt(move[k]) * (1.0 + f64_err) + eta
-                if move[k] > largest:
-                    second, largest, largest_k = largest, move[k], k
-                elif move[k] > second:
-                    second = move[k]
-            agent_changed, skipped, assessed = _bounded_rows(points, lo, hi, center, labels, upper, lower, move,
-                                                             largest, second, largest_k, exact_err, f64_err, eta)
-            if agent_changed:        # else the sums of the same rows in the same order stand
+    pending, pending_low = np.empty(ROW_TILE, dtype=np.int64), np.empty(ROW_TILE)
+    for chunk in range(first, stop, AGENT_CHUNK):
+        chunk_stop = min(chunk + AGENT_CHUNK, stop)
+        _moves(centers, previous, ready, chunk, chunk_stop, move, f64_err, eta)
+        for a in range(chunk, chunk_stop):
+            lo, hi = offsets[a], offsets[a + 1]
+            skipped = screened = assessed = 0
+            if ready[a]:
+                # Move the bounds by the centers' moves and skip the rows they keep; set the
+                # others aside and assess them after each block of rows.  Written out here:
+                # a call with arrays costs an agent more than its rows (reference counting).
+                largest, second = move[a - chunk, n_clusters], move[a - chunk, n_clusters + 1]
+                largest_k = move[a - chunk, n_clusters + 2]
+                agent_changed = 0
+                for start in range(lo, hi, ROW_TILE):
+                    rows_stop = min(start + ROW_TILE, hi)
+                    n_pending = 0
+                    for row in range(start, rows_stop):
+                        b = labels[row]
+                        up = (np.float64(upper[row]) + move[a - chunk, b]) * (1.0 + f64_err)
+                        low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
+                        if low > 0 and _separated(up * up, low * low, exact_err, eta):
+                            upper[row], lower[row] = _store_upper(up), _store_lower(low)
+                        else:
+                            pending[n_pending], pending_low[n_pending] = row, low
+                            n_pending += 1
+                    skipped += rows_stop - start - n_pending
+                    if n_pending:
+                        more_changed, more_skipped, more_assessed = _assess_pending(
+                            points, previous, a, labels, upper, lower, pending, pending_low, n_pending, exact_err,
+                            f64_err, eta)
+                        agent_changed += more_changed
+                        skipped += more_skipped
+                        assessed += more_assessed
+                if agent_changed:        # else the sums of the same rows in the same order stand
+                    counts[a] = 0
+                    sums[a] = 0
+                    for row in range(lo, hi):
+                        _add_row(points, row, labels[row], sums, counts, a)
+            else:
+                for k in range(n_clusters):
+                    for j in range(n_features):
+                        center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
                 counts[a] = 0
                 sums[a] = 0
-                for row in range(lo, hi):
-                    _add_row(points, row, labels[row], sums, counts, a)
-        else:
-            counts[a] = 0
-            sums[a] = 0
-            if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
-                agent_changed, screened, assessed = _screen_rows(
-                    points, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
-                    center_norm, exact_err, screen_err, f64_err, eta)
-            else:
-                agent_changed = _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a,
-                                             rows_t, dist, exact_err, f64_err, eta)
-                assessed = hi - lo
-        previous[a] = center
-        ready[a] = True
-        changed[a] = agent_changed
-        counters[a, 0], counters[a, 1], counters[a, 2] = skipped, screened, assessed
+                if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
+                    agent_changed, screened, assessed = _screen_rows(
+                        points, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
+                        center_norm, exact_err, screen_err, f64_err, eta)
+                else:
+                    agent_changed = _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a,
+                                                 rows_t, dist, exact_err, f64_err, eta)
+                    assessed = hi - lo
+                previous[a] = center
+                ready[a] = True
+            changed[a] = agent_changed
+            counters[a, 0], counters[a, 1], counters[a, 2] = skipped, screened, assessed
 
 
 @njit(parallel=True, **_JIT)
@@ -338,9 +381,9 @@ class LocalPass:
         self.offsets = np.asarray(offsets, dtype=np.int64)
         n_rows, n_features = points.shape
         n_agents = len(self.offsets) - 1
-        self.upper = np.zeros(n_rows, dtype=np.float32)
-        self.lower = np.zeros(n_rows, dtype=np.float32)
-        self.previous = np.zeros((n_agents, n_clusters, n_features), dtype=points.dtype)
+        self.upper = written_zeros(n_rows, np.float32)
+        self.lower = written_zeros(n_rows, np.float32)
+        self.previous = written_zeros((n_agents, n_clusters, n_features), points.dtype)
         self.ready = np.zeros(n_agents, dtype=np.bool_)
         self.counters = np.zeros((n_agents, 3), dtype=np.int64)
         screening = n_features >= SCREEN_FEATURES and bool((np.diff(self.offsets) >= SCREEN_ROWS).any())

@@ -108,6 +108,21 @@ def test_center_update_against_the_equations():
     np.testing.assert_array_equal(new, expected_update(*problem, 4.0, 0.7))
 
 
+@pytest.mark.parametrize("degree", range(10))
+def test_center_update_adds_neighbours_in_order(degree):
+    """Any degree (the kernel adds four neighbours at a time, then the rest): the same bits
+    as adding them one by one in ascending order, on values whose sums depend on the order."""
+    rng = np.random.default_rng(degree)
+    n_local, n_ext, k, p = 3, 3 + 12, 2, 5
+    ext = rng.standard_normal((n_ext, k, p)) * 10.0 ** rng.integers(-8, 8, size=(n_ext, k, p))
+    nbr_idx = np.concatenate([np.sort(rng.choice(np.arange(n_ext), degree, replace=False)) for _ in range(n_local)])
+    nbr_ptr = np.arange(n_local + 1) * degree
+    sums = rng.standard_normal((n_local, k, p))
+    counts = rng.integers(0, 3, size=(n_local, k))
+    problem = ext[:n_local].copy(), ext, nbr_ptr, nbr_idx, sums, counts
+    np.testing.assert_array_equal(kernels.center_update(*problem, 3.0, 0.6), expected_update(*problem, 3.0, 0.6))
+
+
 def test_center_update_with_faults_against_the_draws():
     """Links that are down do not count in Omega; an agent that sits out keeps its centers."""
     centers, ext, nbr_ptr, nbr_idx, sums, counts = problem = update_problem()
@@ -143,6 +158,22 @@ def test_disagreement_and_move():
     assert math.fsum(kernels.edge_disagreement(ext, a, b)) == math.fsum(edges)
     new = ext + rng.standard_normal(ext.shape)
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
+
+
+@pytest.mark.parametrize("n_edges", [1, 4, 7, 13])
+def test_disagreement_sums_each_edge_in_order(n_edges):
+    """Each edge's term is its squared differences added in order (the kernel works on four
+    edges at a time); the partials add the terms exactly."""
+    rng = np.random.default_rng(n_edges)
+    ext = rng.standard_normal((9, 3, 4)) * 10.0 ** rng.integers(-6, 6, size=(9, 3, 4))
+    a, b = rng.integers(0, 9, n_edges), rng.integers(0, 9, n_edges)
+    terms = []
+    for e in range(n_edges):
+        term = 0.0
+        for x, y in zip(ext[a[e]].ravel(), ext[b[e]].ravel()):
+            term += (x - y) * (x - y)
+        terms.append(term)
+    assert math.fsum(kernels.edge_disagreement(ext, a, b)) == math.fsum(terms)
 
 
 def test_results_do_not_depend_on_threads():
