@@ -35,7 +35,7 @@ from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
 from .faults import FaultModel
 from .graph import Network, concat_ranges, spanning_tree
 from .halo import HaloPlan, rank_graph_diameter
-from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct
+from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
 from .local_pass import LocalPass
 from .monitor import Monitor, PhaseTimer
 from .options import Options
@@ -74,19 +74,20 @@ class BlockResult:
     rho_stage: int = 0
 
 
-def agent_seeds(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
+def agent_seeds(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
                 options: Options, only_first: bool) -> tuple[dict[int, np.ndarray], int | None]:
     """The (K, p) seeds of the block's agents that seed from their own rows, by block index,
     with the per-agent method options.init (init.AGENT_SEEDINGS).
 
-    The agents with at least K distinct rows seed; with `only_first` only the network's
+    The agents with at least K distinct rows of positive weight seed; with `only_first` only the network's
     lowest-numbered of them does (found by one allreduce), and its global id is returned
     too (else None).
     """
     method, k = AGENT_SEEDINGS[options.init], options.n_clusters
     seeders, source = [], None
     for i in range(len(agents)):
-        if has_distinct(points[offsets[i]:offsets[i + 1]], k):
+        if has_distinct(weighed_rows(points[offsets[i]:offsets[i + 1]],
+                                     slice_weights(weights, offsets[i], offsets[i + 1])), k):
             seeders.append(i)
             if only_first:
                 break
@@ -97,13 +98,14 @@ def agent_seeds(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents:
     if comm.allreduce(len(seeders), op=MPI.SUM) == 0:
         raise InputError(f"no agent holds {k} distinct points, so none can seed k-means++: "
                          "lower -k or pass --init file:PATH", collective=True)
-    seeds = {i: method.seed_agent(points[offsets[i]:offsets[i + 1]], int(agents[i]), k, options.seed)
+    seeds = {i: method.seed_agent(points[offsets[i]:offsets[i + 1]], slice_weights(weights, offsets[i], offsets[i + 1]),
+                                  int(agents[i]), k, options.seed)
              for i in seeders}
     return seeds, source
 
 
-def network_seeding(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
-                    network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
+def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
+                    agents: np.ndarray, network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
     """--init network (nkmpi.seeding) for this rank's agents; collective over `comm`.
 
     Every agent summarizes its rows; then, tree level by tree level from the
@@ -119,7 +121,7 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, age
     width = points.shape[1] + 1
     own_ptr = np.concatenate([[0], np.cumsum(seeding.local_capacity(np.diff(offsets), k))])
     own = np.empty((own_ptr[-1], width))
-    own_count = seeding.summarize_block(points, offsets, agents, n_groups, seeding.MIN_GROUP, seed,
+    own_count = seeding.summarize_block(points, weights, offsets, agents, n_groups, seeding.MIN_GROUP, seed,
                                         own_ptr, own)
     channel = TreeChannel(comm, tree, owner, agents)
     depth = tree.depth[agents]
@@ -168,8 +170,9 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, age
     return centers
 
 
-def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, offsets: np.ndarray,
-                    agents: np.ndarray, network: Network, owner: np.ndarray, options: Options) -> None:
+def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, weights: np.ndarray,
+                    offsets: np.ndarray, agents: np.ndarray, network: Network, owner: np.ndarray,
+                    options: Options) -> None:
     """Each agent's initial centers, written into exchange.centers: the given ones, the
     network-wide seeding, or a per-agent method's seeds then flood rounds over neighbour
     exchanges until every agent has centers."""
@@ -177,10 +180,11 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
     if not isinstance(options.init, str):
         centers[:] = options.init
     elif options.init == NETWORK_SEEDING:
-        centers[:] = network_seeding(comm, points, offsets, agents, network, owner, options)
+        centers[:] = network_seeding(comm, points, weights, offsets, agents, network, owner, options)
     else:
         centers[:] = np.nan
-        seeds, _ = agent_seeds(comm, points, offsets, agents, options, AGENT_SEEDINGS[options.init].only_first)
+        seeds, _ = agent_seeds(comm, points, weights, offsets, agents, options,
+                               AGENT_SEEDINGS[options.init].only_first)
         for i, seed in seeds.items():
             centers[i] = seed
         lacking = len(agents) - len(seeds)
@@ -189,27 +193,28 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
             lacking = adopt_from_neighbours(centers, exchange.ext, exchange.plan.nbr_ptr, exchange.plan.nbr_idx)
 
 
-def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
-                           network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
+def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
+                           agents: np.ndarray, network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
     """Lloyd's one set of (K, p) centers: the given ones, the network-wide seeding, or the
     seed of the agent that would seed alone with options.init's per-agent method (for
     flood, the centers flood init spreads, so both algorithms start alike)."""
     if not isinstance(options.init, str):
         return np.array(options.init, dtype=np.float64)
     if options.init == NETWORK_SEEDING:
-        return network_seeding(comm, points, offsets, agents, network, owner, options)
-    seeds, source = agent_seeds(comm, points, offsets, agents, options, only_first=True)
+        return network_seeding(comm, points, weights, offsets, agents, network, owner, options)
+    seeds, source = agent_seeds(comm, points, weights, offsets, agents, options, only_first=True)
     return comm.bcast(next(iter(seeds.values()), None), root=int(owner[source]))
 
 
 def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray, network: Network,
         owner: np.ndarray, options: Options, stream: TextIO | None = sys.stdout, resume: dict | None = None,
         checkpoint: Callable[[BlockResult], None] | None = None, checkpoint_every: int = 0,
-        stop_requested: Callable[[], bool] | None = None) -> BlockResult:
+        stop_requested: Callable[[], bool] | None = None, weights: np.ndarray = kernels.UNWEIGHTED) -> BlockResult:
     """Run NK-means (or Lloyd's baseline, by options.algorithm) on this rank's block;
     collective over `comm`.
 
     points : (n, p) the block's rows, grouped by agent.
+    weights : (n,) float64 their weights, or kernels.UNWEIGHTED (empty) when every row weighs 1.
     offsets : (L+1,) block-local row offsets of the agents.
     agents : (L,) ascending global ids of the block's agents.
     network : graph.Network over all agents; owner : (M,) rank of each agent.
@@ -222,7 +227,7 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
         signal arrived): the ranks then agree on an iteration after which they all
         stop, interrupted (before the first: with `iterations` where they began).
     """
-    loop = _Loop(comm, points, offsets, agents, network, owner, options, stream, resume)
+    loop = _Loop(comm, points, weights, offsets, agents, network, owner, options, stream, resume)
     algorithm = _ALGORITHMS[options.algorithm](loop)
     return loop.run(algorithm, stop_requested, checkpoint, checkpoint_every)
 
@@ -240,9 +245,9 @@ class _Loop:
     rho_stage, bytes_sent : as in BlockResult; free() : release its MPI objects.
     """
 
-    def __init__(self, comm, points, offsets, agents, network, owner, options, stream, resume):
+    def __init__(self, comm, points, weights, offsets, agents, network, owner, options, stream, resume):
         self.timer = PhaseTimer()
-        self.comm, self.points, self.options = comm, points, options
+        self.comm, self.points, self.weights, self.options = comm, points, weights, options
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.agents = np.asarray(agents, dtype=np.int64)
         self.network, self.owner = network, owner
@@ -309,8 +314,8 @@ class _NKMeans:
         self.exchange = NeighbourExchange(comm, self.plan, loop.shape)
         self.stop_hops = rank_graph_diameter(comm.allgather(self.plan.ranks))
         if loop.resume is None:
-            initial_centers(comm, self.exchange, loop.points, loop.offsets, loop.agents, loop.network,
-                            loop.owner, options)
+            initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets, loop.agents,
+                            loop.network, loop.owner, options)
             self.start_centers = self.exchange.centers.copy()
             self.rho_stage = 0
         else:
@@ -321,7 +326,7 @@ class _NKMeans:
         self.n_points = comm.allreduce(len(loop.points)) if options.rho_schedule else 0
         self.faults = FaultModel.from_options(options)
         self.statistics = kernels.accumulators(len(loop.agents), *loop.shape)
-        self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters)
+        self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters, loop.weights)
         self.pass_offsets = loop.offsets
 
     @property
@@ -393,8 +398,8 @@ class _Lloyd:
         self.loop = loop
         comm, n_rows = loop.comm, len(loop.points)
         if loop.resume is None:
-            centers = shared_initial_centers(comm, loop.points, loop.offsets, loop.agents, loop.network,
-                                             loop.owner, loop.options)
+            centers = shared_initial_centers(comm, loop.points, loop.weights, loop.offsets, loop.agents,
+                                             loop.network, loop.owner, loop.options)
         else:
             centers = comm.bcast(loop.resume["centers"][0] if len(loop.agents) else None,
                                  root=int(loop.owner[0]))
@@ -404,7 +409,7 @@ class _Lloyd:
         self.pass_centers[:] = centers
         self.start_centers = self.block_centers() if loop.resume is None else loop.resume["initial_centers"]
         self.statistics = kernels.accumulators(len(self.pass_offsets) - 1, *loop.shape)
-        self.local_pass = LocalPass(loop.points, self.pass_offsets, loop.options.n_clusters)
+        self.local_pass = LocalPass(loop.points, self.pass_offsets, loop.options.n_clusters, loop.weights)
         self.totals = ClusterTotals(comm, loop.shape)
 
     def block_centers(self) -> np.ndarray:

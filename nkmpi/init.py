@@ -46,6 +46,17 @@ def distinct_rows(points: np.ndarray, limit: int, chunk: int = 4096) -> np.ndarr
     return found
 
 
+def slice_weights(weights: np.ndarray, first: int, stop: int) -> np.ndarray | None:
+    """The weights of rows first..stop-1 as the seedings take them: None when the data are
+    unweighted (`weights` empty, as kernels.UNWEIGHTED)."""
+    return weights[first:stop] if len(weights) else None
+
+
+def weighed_rows(points: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """The rows of positive weight (all rows when unweighted): the ones k-means++ may pick."""
+    return points if weights is None else points[np.asarray(weights) > 0]
+
+
 def check_enough_distinct(samples: list[np.ndarray], n_clusters: int) -> None:
     """InputError unless the union of per-rank `distinct_rows` samples has K rows."""
     found = np.unique(np.concatenate(samples), axis=0).shape[0]
@@ -53,19 +64,31 @@ def check_enough_distinct(samples: list[np.ndarray], n_clusters: int) -> None:
         raise InputError(f"the data hold only {found} distinct points, fewer than K = {n_clusters}")
 
 
-def kmeans_plusplus(points: np.ndarray, n_clusters: int, rng: np.random.Generator) -> np.ndarray:
-    """k-means++ seeding (Arthur & Vassilvitskii) on one agent's rows.
+def kmeans_plusplus(points: np.ndarray, n_clusters: int, rng: np.random.Generator,
+                    weights: np.ndarray | None = None) -> np.ndarray:
+    """k-means++ seeding (Arthur & Vassilvitskii) on one agent's rows, each row drawn
+    with probability proportional to its weight (when given) times its squared distance
+    to the nearest chosen center; the first by weight alone.
 
-    Needs at least `n_clusters` distinct rows: a chosen row has distance 0 and
-    is never drawn again, so the centers come out distinct.
+    Needs at least `n_clusters` distinct rows of positive weight: a chosen row has
+    distance 0 and is never drawn again, so the centers come out distinct.
     """
     points = np.asarray(points, dtype=np.float64)
+    if weights is not None:               # rows of weight 0 can never be drawn
+        weights = np.asarray(weights, dtype=np.float64)
+        points, weights = points[weights > 0], weights[weights > 0]
     centers = np.empty((n_clusters, points.shape[1]), dtype=np.float64)
-    centers[0] = points[rng.integers(points.shape[0])]
+    if weights is None:
+        centers[0] = points[rng.integers(points.shape[0])]
+    else:
+        cumulative = np.cumsum(weights)
+        first = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+        centers[0] = points[min(first, len(points) - 1)]
     closest = ((points - centers[0]) ** 2).sum(axis=1)
     for k in range(1, n_clusters):
-        draw = rng.random() * closest.sum()
-        pick = int(np.searchsorted(np.cumsum(closest), draw, side="right"))
+        mass = closest if weights is None else weights * closest
+        draw = rng.random() * mass.sum()
+        pick = int(np.searchsorted(np.cumsum(mass), draw, side="right"))
         if pick >= points.shape[0] or closest[pick] == 0:   # rounding at the edge
             far = np.flatnonzero(closest)
             pick = int(far[-1]) if far.size else _unchosen_row(points, centers[:k])
@@ -83,17 +106,20 @@ def _unchosen_row(points, chosen):
     raise ValueError("no row differs from the chosen centers")
 
 
-def agent_seed(points: np.ndarray, agent: int, n_clusters: int, seed: int) -> np.ndarray:
-    """k-means++ centers of `agent` from its own rows; the stream depends on (seed, agent) only."""
-    return kmeans_plusplus(points, n_clusters, np.random.default_rng([seed, agent]))
+def agent_seed(points: np.ndarray, weights: np.ndarray | None, agent: int, n_clusters: int,
+               seed: int) -> np.ndarray:
+    """k-means++ centers of `agent` from its own (weighted) rows; the stream depends on
+    (seed, agent) only."""
+    return kmeans_plusplus(points, n_clusters, np.random.default_rng([seed, agent]), weights)
 
 
 @dataclass(frozen=True)
 class AgentSeeding:
     """An --init method in which agents seed from their own rows.
 
-    Agents with at least K distinct rows can seed, each by `seed_agent(rows, agent,
-    n_clusters, seed)` (a function of that agent's rows alone, so that any placement
+    Agents with at least K distinct rows of positive weight can seed, each by
+    `seed_agent(rows, weights, agent, n_clusters, seed)` (weights None when the data
+    are unweighted; a function of that agent's rows alone, so that any placement
     seeds alike).  With `only_first` only the lowest-numbered of them seeds, and
     every agent starts from its centers; else each of them does.  Agents without a
     seed adopt a neighbour's centers (`adopt_from_neighbours`).
@@ -101,7 +127,7 @@ class AgentSeeding:
 
     description: str
     only_first: bool
-    seed_agent: Callable[[np.ndarray, int, int, int], np.ndarray]
+    seed_agent: Callable[[np.ndarray, np.ndarray | None, int, int, int], np.ndarray]
 
 
 #: The --init method that merges summaries over the whole network (nkmpi.seeding).

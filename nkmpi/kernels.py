@@ -9,7 +9,9 @@ in a fixed order, the same as in the serial reference:
 * squared distances add the features of one point in feature order, in the
   data's precision (float32 data is compared with float32 copies of the
   centers: no upcast copy of the points);
-* cluster sums (float64) and counts accumulate rows in dataset order;
+* cluster sums and counts (float64) accumulate rows in dataset order, each row
+  times its weight (`weights`: one per row, or empty when every row weighs 1; a
+  weight of 1 multiplies exactly, so unweighted data give the same bits);
 * neighbour centers are added in ascending global agent id.
 
 No fastmath: reassociation would break the agreement with the reference.
@@ -47,11 +49,21 @@ def in_parallel(kernel, parallel_kernel, n_agents, *args):
 #: Rows of one agent handled together: their features are transposed into a
 #: (p, TILE) scratch so that the distance loop runs over rows, vectorized.
 TILE = 256
+#: A tile's (K, rows) distances hold at most this many numbers: with many clusters a
+#: tile has fewer rows (`tile_rows`), so that no scratch grows with K times the rows.
+TILE_ELEMENTS = 2**16
+
+
+@njit(inline='always', **_JIT)
+def tile_rows(n_clusters, most):
+    """Rows per tile for K = n_clusters: `most`, or fewer (at least 8) to keep K x rows
+    within TILE_ELEMENTS.  Tiling never changes a result: each row is computed alone."""
+    return max(8, min(most, TILE_ELEMENTS // max(n_clusters, 1)))
 
 
 @njit(inline='always', **_JIT)
 def tile_distances(points, start, n, center, rows_t, dist):
-    """dist[k, i]: the squared distance of row start + i (i < n <= TILE) to center[k] (the
+    """dist[k, i]: the squared distance of row start + i (i < n <= tile's rows) to center[k] (the
     data's precision), features added in order.  The rows are transposed into rows_t
     first, so that the loop over rows vectorizes."""
     n_clusters, n_features = center.shape
@@ -70,11 +82,22 @@ def tile_distances(points, start, n, center, rows_t, dist):
                 dist_k[i] += diff * diff
 
 
+#: The `weights` of unweighted data: every row weighs 1.
+UNWEIGHTED = np.zeros(0)
+
+
+@njit(inline='always', **_JIT)
+def row_weight(weights, row):
+    """The weight of `row`: weights[row], or 1 when `weights` is empty (unweighted)."""
+    return weights[row] if weights.shape[0] else 1.0
+
+
 @njit(**_JIT)
-def _assign(points, offsets, centers, labels, sums, counts, sse, changed, first, stop):
+def _assign(points, weights, offsets, centers, labels, sums, counts, sse, changed, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
-    rows_t = np.empty((n_features, TILE), dtype=points.dtype)
-    dist = np.empty((n_clusters, TILE), dtype=points.dtype)
+    tile = tile_rows(n_clusters, TILE)
+    rows_t = np.empty((n_features, tile), dtype=points.dtype)
+    dist = np.empty((n_clusters, tile), dtype=points.dtype)
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     for a in range(first, stop):
         for k in range(n_clusters):
@@ -84,8 +107,8 @@ def _assign(points, offsets, centers, labels, sums, counts, sse, changed, first,
         agent_changed = 0
         counts[a] = 0
         sums[a] = 0
-        for start in range(offsets[a], offsets[a + 1], TILE):
-            n = min(TILE, offsets[a + 1] - start)
+        for start in range(offsets[a], offsets[a + 1], tile):
+            n = min(tile, offsets[a + 1] - start)
             tile_distances(points, start, n, center, rows_t, dist)
             for i in range(n):
                 best = 0
@@ -96,18 +119,19 @@ def _assign(points, offsets, centers, labels, sums, counts, sse, changed, first,
                 if labels[row] != best:
                     agent_changed += 1
                     labels[row] = best
-                agent_sse += np.float64(dist[best, i])
-                counts[a, best] += 1
+                weight = row_weight(weights, row)
+                agent_sse += weight * np.float64(dist[best, i])
+                counts[a, best] += weight
                 for j in range(n_features):
-                    sums[a, best, j] += np.float64(points[row, j])
+                    sums[a, best, j] += weight * np.float64(points[row, j])
         sse[a] = agent_sse
         changed[a] = agent_changed
 
 
 @njit(parallel=True, **_JIT)
-def _assign_parallel(points, offsets, centers, labels, sums, counts, sse, changed, n_ranges, n_agents):
+def _assign_parallel(points, weights, offsets, centers, labels, sums, counts, sse, changed, n_ranges, n_agents):
     for r in prange(n_ranges):
-        _assign(points, offsets, centers, labels, sums, counts, sse, changed,
+        _assign(points, weights, offsets, centers, labels, sums, counts, sse, changed,
                 r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
@@ -122,25 +146,27 @@ def written_zeros(shape, dtype=np.float64) -> np.ndarray:
 
 def accumulators(n_agents: int, n_clusters: int, n_features: int) -> tuple[np.ndarray, ...]:
     """Output arrays of `assign_and_accumulate`, allocated once and reused every iteration."""
-    return (written_zeros((n_agents, n_clusters, n_features)), written_zeros((n_agents, n_clusters), np.int64),
+    return (written_zeros((n_agents, n_clusters, n_features)), written_zeros((n_agents, n_clusters)),
             written_zeros(n_agents), written_zeros(n_agents, np.int64))
 
 
 def assign_and_accumulate(points: np.ndarray, offsets: np.ndarray, centers: np.ndarray, labels: np.ndarray,
-                          out: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+                          out: tuple[np.ndarray, ...] | None = None,
+                          weights: np.ndarray = UNWEIGHTED) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """One assignment pass (eq. 25) with the statistics of the center update.
 
     points : (n, p) float32/float64, the block's rows; offsets : (L+1,) block-local.
     centers : (L, K, p) float64; labels : (n,) int32, previous labels (-1: none), overwritten.
     out : arrays from `accumulators` to reuse (they are overwritten).
+    weights : (n,) float64 row weights, or UNWEIGHTED.
 
-    Returns sums (L, K, p) float64, counts (L, K) int64, sse (L,) float64 (sum of
-    each row's squared distance to its nearest center) and the number of rows
-    whose label changed.
+    Returns sums (L, K, p) float64, counts (L, K) float64 (the clusters' weights), sse
+    (L,) float64 (sum of each row's weight times its squared distance to its nearest
+    center) and the number of rows whose label changed.
     """
     sums, counts, sse, changed = out if out is not None else accumulators(*centers.shape)
     in_parallel(_assign, _assign_parallel, len(centers),
-                 points, offsets, centers, labels, sums, counts, sse, changed)
+                 points, weights, offsets, centers, labels, sums, counts, sse, changed)
     return sums, counts, sse, int(changed.sum())
 
 

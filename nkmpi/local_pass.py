@@ -32,14 +32,15 @@ import numpy as np
 from numba import njit, prange
 
 from .kernels import TILE as ROW_TILE
-from .kernels import in_parallel, tile_distances, written_zeros
+from .kernels import UNWEIGHTED, in_parallel, row_weight, tile_distances, tile_rows, written_zeros
 
 _JIT = dict(cache=True, nogil=True)
 
 #: Screen with GEMM when an agent has this many rows and the data this many features;
 #: below, the per-feature form costs about as much as the expanded one.
 SCREEN_ROWS, SCREEN_FEATURES = 64, 16
-#: Rows of one GEMM tile (ROW_TILE: of one transposed tile of the per-feature form).
+#: Rows of one GEMM tile, fewer for many clusters (kernels.tile_rows; ROW_TILE: of one
+#: transposed tile of the per-feature form, and of a block of bounded rows).
 TILE = 1024
 #: Agents whose center moves are computed together, ahead of their rows.
 AGENT_CHUNK = 64
@@ -129,21 +130,22 @@ def _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, 
 
 
 @njit(inline='always', **_JIT)
-def _add_row(points, row, label, sums, counts, a):
-    counts[a, label] += 1
+def _add_row(points, weights, row, label, sums, counts, a):
+    weight = row_weight(weights, row)
+    counts[a, label] += weight
     for j in range(points.shape[1]):
-        sums[a, label, j] += np.float64(points[row, j])
+        sums[a, label, j] += weight * np.float64(points[row, j])
 
 
 @njit(**_JIT)
-def _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a, rows_t, dist, exact_err, f64_err,
-                 eta):
+def _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a, rows_t, dist, exact_err,
+                 f64_err, eta):
     """Every row of an agent per feature (no bounds yet, no screening), tile by tile as the
     reference kernel computes them; its sums on the way.  Returns the changed labels."""
     n_clusters = center.shape[0]
     changed = 0
-    for start in range(lo, hi, ROW_TILE):
-        n = min(ROW_TILE, hi - start)
+    for start in range(lo, hi, rows_t.shape[1]):
+        n = min(rows_t.shape[1], hi - start)
         tile_distances(points, start, n, center, rows_t, dist)
         for i in range(n):
             best, d_best, d_second = 0, np.inf, np.inf
@@ -153,12 +155,12 @@ def _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a, 
             _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
             changed += labels[row] != best
             labels[row] = best
-            _add_row(points, row, best, sums, counts, a)
+            _add_row(points, weights, row, best, sums, counts, a)
     return changed
 
 
 @njit(**_JIT)
-def _screen_rows(points, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
+def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
                  center_norm, exact_err, screen_err, f64_err, eta):
     """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
     on the way.  Returns (changed labels, screened rows, assessed rows)."""
@@ -172,8 +174,8 @@ def _screen_rows(points, sizes, lo, hi, center, labels, upper, lower, sums, coun
         center_norm[k] = total
         largest = max(largest, np.sqrt(total))
     changed = screened = assessed = 0
-    for start in range(lo, hi, TILE):
-        stop = min(start + TILE, hi)
+    for start in range(lo, hi, dots.shape[0]):
+        stop = min(start + dots.shape[0], hi)
         tile = dots[:stop - start]
         np.dot(points[start:stop], center_t, tile)
         for i in range(stop - start):
@@ -194,7 +196,7 @@ def _screen_rows(points, sizes, lo, hi, center, labels, upper, lower, sums, coun
                 _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
             changed += labels[row] != best
             labels[row] = best
-            _add_row(points, row, best, sums, counts, a)
+            _add_row(points, weights, row, best, sums, counts, a)
     return changed, screened, assessed
 
 
@@ -252,16 +254,16 @@ def _moves(centers, previous, ready, first, stop, move, f64_err, eta):
 
 
 @njit(**_JIT)
-def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
+def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
           counters, exact_err, screen_err, f64_err, eta, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
-    dots = np.empty((TILE, n_clusters), dtype=points.dtype)
+    dots = np.empty((tile_rows(n_clusters, TILE), n_clusters), dtype=points.dtype)
     center_norm = np.empty(n_clusters)
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
-    rows_t = np.empty((n_features, ROW_TILE), dtype=points.dtype)
-    dist = np.empty((n_clusters, ROW_TILE), dtype=points.dtype)
+    rows_t = np.empty((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
+    dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)
     pending, pending_low = np.empty(ROW_TILE, dtype=np.int64), np.empty(ROW_TILE)
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
@@ -300,7 +302,7 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
                     counts[a] = 0
                     sums[a] = 0
                     for row in range(lo, hi):
-                        _add_row(points, row, labels[row], sums, counts, a)
+                        _add_row(points, weights, row, labels[row], sums, counts, a)
             else:
                 for k in range(n_clusters):
                     for j in range(n_features):
@@ -309,10 +311,10 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
                 sums[a] = 0
                 if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
                     agent_changed, screened, assessed = _screen_rows(
-                        points, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
+                        points, weights, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
                         center_norm, exact_err, screen_err, f64_err, eta)
                 else:
-                    agent_changed = _assess_rows(points, lo, hi, center, labels, upper, lower, sums, counts, a,
+                    agent_changed = _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a,
                                                  rows_t, dist, exact_err, f64_err, eta)
                     assessed = hi - lo
                 previous[a] = center
@@ -322,16 +324,16 @@ def _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper,
 
 
 @njit(parallel=True, **_JIT)
-def _pass_parallel(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous,
+def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous,
                    ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
     for r in prange(n_ranges):
-        _pass(points, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
+        _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
               counters, exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
               (r + 1) * n_agents // n_ranges)
 
 
 @njit(**_JIT)
-def _sse(points, offsets, centers, labels, sse, first, stop):
+def _sse(points, weights, offsets, centers, labels, sse, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     for a in range(first, stop):
@@ -340,14 +342,15 @@ def _sse(points, offsets, centers, labels, sse, first, stop):
                 center[k, j] = centers[a, k, j]
         total = 0.0
         for row in range(offsets[a], offsets[a + 1]):
-            total += np.float64(_distance(points, row, center, labels[row]))
+            total += row_weight(weights, row) * np.float64(_distance(points, row, center, labels[row]))
         sse[a] = total
 
 
 @njit(parallel=True, **_JIT)
-def _sse_parallel(points, offsets, centers, labels, sse, n_ranges, n_agents):
+def _sse_parallel(points, weights, offsets, centers, labels, sse, n_ranges, n_agents):
     for r in prange(n_ranges):
-        _sse(points, offsets, centers, labels, sse, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+        _sse(points, weights, offsets, centers, labels, sse, r * n_agents // n_ranges,
+             (r + 1) * n_agents // n_ranges)
 
 
 @njit(**_JIT)
@@ -365,7 +368,8 @@ class LocalPass:
     """The assignment pass of one block, remembering what lets it skip work.
 
     points : (n, p) float32/float64, the block's rows grouped by agent (C order);
-    offsets : (L+1,) block-local row offsets; n_clusters : K.
+    offsets : (L+1,) block-local row offsets; n_clusters : K; weights : (n,) float64
+    row weights, or kernels.UNWEIGHTED.
 
     Pass the same `labels` and `out` arrays to every `run` (the bounds describe
     those labels, and a settled agent's sums are kept in `out`).  Memory: 8 bytes
@@ -376,8 +380,8 @@ class LocalPass:
     bounds kept, rows the GEMM screening assigned, rows assessed per feature.
     """
 
-    def __init__(self, points: np.ndarray, offsets: np.ndarray, n_clusters: int):
-        self.points = points
+    def __init__(self, points: np.ndarray, offsets: np.ndarray, n_clusters: int, weights: np.ndarray = UNWEIGHTED):
+        self.points, self.weights = points, weights
         self.offsets = np.asarray(offsets, dtype=np.int64)
         n_rows, n_features = points.shape
         n_agents = len(self.offsets) - 1
@@ -398,12 +402,12 @@ class LocalPass:
 
         centers : (L, K, p) float64; labels : (n,) int32, the previous labels (-1: none),
         overwritten; out : kernels.accumulators(L, K, p).  Returns sums (L, K, p),
-        counts (L, K) and the number of rows whose label changed.
+        counts (L, K) (the clusters' weights) and the number of rows whose label changed.
         """
         sums, counts, _, changed = out
-        in_parallel(_pass, _pass_parallel, len(centers), self.points, self.offsets, self.sizes, centers, labels,
-                    sums, counts, changed, self.upper, self.lower, self.previous, self.ready, self.counters,
-                    *self.errors)
+        in_parallel(_pass, _pass_parallel, len(centers), self.points, self.weights, self.offsets, self.sizes,
+                    centers, labels, sums, counts, changed, self.upper, self.lower, self.previous, self.ready,
+                    self.counters, *self.errors)
         self.rows_skipped, self.rows_screened, self.rows_exact = (int(c) for c in self.counters.sum(axis=0))
         return sums, counts, int(changed.sum())
 
@@ -412,7 +416,8 @@ class LocalPass:
         self.ready[:] = False
 
     def sse(self, centers: np.ndarray, labels: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """(L,) each agent's sum of its rows' squared distances to their labels' centers, in the
-        reference kernel's precision and order."""
-        in_parallel(_sse, _sse_parallel, len(centers), self.points, self.offsets, centers, labels, out)
+        """(L,) each agent's sum of its rows' weights times squared distances to their labels'
+        centers, in the reference kernel's precision and order."""
+        in_parallel(_sse, _sse_parallel, len(centers), self.points, self.weights, self.offsets, centers, labels,
+                    out)
         return out

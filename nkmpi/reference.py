@@ -18,7 +18,7 @@ import numpy as np
 from .errors import InputError
 from .faults import FaultModel, link_up, takes_part
 from .graph import Network, spanning_tree
-from .init import AGENT_SEEDINGS, NETWORK_SEEDING, has_distinct
+from .init import AGENT_SEEDINGS, NETWORK_SEEDING, has_distinct, weighed_rows
 from .monitor import Monitor
 from .options import Options
 from .seeding import (MIN_GROUP, message_rows, reduce_summary, seed_from_summary, summarize_rows,
@@ -46,21 +46,24 @@ def agent_rows(points: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
     return [points[offsets[m]:offsets[m + 1]] for m in range(len(offsets) - 1)]
 
 
-def initial_centers(rows: list[np.ndarray], network: Network, options: Options) -> np.ndarray:
+def initial_centers(rows: list[np.ndarray], network: Network, options: Options,
+                    weights: list[np.ndarray] | None = None) -> np.ndarray:
     """The given centers, the network-wide seeding, or a per-agent method's seeds then
-    synchronous flood rounds, as described in nkmpi.init."""
+    synchronous flood rounds, as described in nkmpi.init.  weights: each agent's row
+    weights (None: unweighted)."""
     n_agents, k, p = len(rows), options.n_clusters, rows[0].shape[1]
+    weights = [None] * n_agents if weights is None else weights
     centers = np.full((n_agents, k, p), np.nan)
     if not isinstance(options.init, str):
         centers[:] = options.init
         return centers
     if options.init == NETWORK_SEEDING:
-        centers[:] = network_seeding(rows, network, options)
+        centers[:] = network_seeding(rows, network, options, weights)
         return centers
     method = AGENT_SEEDINGS[options.init]
     for m in range(n_agents):
-        if has_distinct(rows[m], k):
-            centers[m] = method.seed_agent(rows[m], m, k, options.seed)
+        if has_distinct(weighed_rows(rows[m], weights[m]), k):
+            centers[m] = method.seed_agent(rows[m], weights[m], m, k, options.seed)
             if method.only_first:
                 break
     if np.isnan(centers).all():
@@ -77,58 +80,80 @@ def initial_centers(rows: list[np.ndarray], network: Network, options: Options) 
     return centers
 
 
-def network_seeding(rows: list[np.ndarray], network: Network, options: Options) -> np.ndarray:
+def network_seeding(rows: list[np.ndarray], network: Network, options: Options,
+                    weights: list[np.ndarray | None] | None = None) -> np.ndarray:
     """--init network (nkmpi.seeding), agent by agent: every agent's summary joined with
     its children's, deepest tree level first, then the root's seeding."""
+    weights = [None] * len(rows) if weights is None else weights
     k, seed = options.n_clusters, options.seed
     m, budget = summary_size(k), message_rows(k)
     tree = spanning_tree(network)
     merged = [None] * network.n_agents
     for a in np.argsort(-tree.depth, kind="stable"):
-        own = summarize_rows(rows[a], m, MIN_GROUP, seed, a)
+        own = summarize_rows(rows[a], row_weights(rows[a], weights[a]), m, MIN_GROUP, seed, a)
         joined = np.concatenate([own] + [merged[c] for c in tree.children(a)])
         merged[a] = reduce_summary(joined, m, budget, seed, a)
     return seed_from_summary(merged[tree.root], k, options.n_init, seed, tree.root)
 
 
-def nearest(rows: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Squared distances of one agent's rows to its K centers, and the nearest index.
+def row_weights(rows: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """An agent's row weights as float64, ones when unweighted."""
+    return np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
 
-    In the data's precision, adding features in order; ties go to the lowest k.
+
+#: No (rows, K) array of distances holds more numbers than this: rows go in chunks.
+CHUNK_ELEMENTS = 2**22
+
+
+def nearest(rows: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's nearest center index (ties go to the lowest k) and its squared distance.
+
+    In the data's precision, adding features in order; rows in chunks, so that the
+    distances to K centers never take more than CHUNK_ELEMENTS numbers at a time.
     """
     centers = centers.astype(rows.dtype)
-    dist = np.zeros((len(rows), len(centers)), dtype=rows.dtype)
-    for j in range(rows.shape[1]):
-        diff = rows[:, j, None] - centers[None, :, j]
-        dist += diff * diff
-    return dist, dist.argmin(axis=1)
+    labels = np.empty(len(rows), dtype=np.int64)
+    chosen = np.empty(len(rows), dtype=rows.dtype)
+    step = max(1, CHUNK_ELEMENTS // max(len(centers), 1))
+    for start in range(0, len(rows), step):
+        part = rows[start:start + step]
+        dist = np.zeros((len(part), len(centers)), dtype=rows.dtype)
+        for j in range(rows.shape[1]):
+            diff = part[:, j, None] - centers[None, :, j]
+            dist += diff * diff
+        labels[start:start + step] = dist.argmin(axis=1)
+        chosen[start:start + step] = dist[np.arange(len(part)), labels[start:start + step]]
+    return labels, chosen
 
 
 def simulate(points: np.ndarray, offsets: np.ndarray, network: Network, options: Options,
-             stream: TextIO | None = None) -> SimulationResult:
+             stream: TextIO | None = None, weights: np.ndarray | None = None) -> SimulationResult:
     """Run NK-means (or, with options.algorithm 'lloyd', centralized Lloyd) on all
     agents serially; returns a SimulationResult.
 
     points (N, p) grouped by agent, offsets (M+1,), network a graph.Network,
-    options an options.Options.  Progress lines go to `stream` when given.
+    options an options.Options, weights (N,) row weights or None.  Progress lines
+    go to `stream` when given.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     rows = agent_rows(points, offsets)
+    agent_weights = None if weights is None else agent_rows(np.asarray(weights, dtype=np.float64), offsets)
     options = options.resolve(len(points), len(rows))
     options.check_data(points.shape[1], points.dtype)
-    centers = initial_centers(rows, network, options)
+    centers = initial_centers(rows, network, options, agent_weights)
     monitor = Monitor(options, comm=None, stream=stream)
     if options.algorithm == "lloyd":
-        final, iteration, converged = _lloyd_run(points, centers[0], options, monitor)
+        final, iteration, converged = _lloyd_run(points, centers[0], options, monitor, weights)
         centers_out = np.broadcast_to(final, centers.shape).copy()
     else:
-        centers_out, iteration, converged = _nkmeans_run(rows, centers, network, options, monitor)
-    assignments = np.concatenate([nearest(rows[m], centers_out[m])[1] for m in range(len(rows))])
+        centers_out, iteration, converged = _nkmeans_run(rows, centers, network, options, monitor,
+                                                         agent_weights or [None] * len(rows))
+    assignments = np.concatenate([nearest(rows[m], centers_out[m])[0] for m in range(len(rows))])
     return SimulationResult(centers_out, assignments.astype(np.int64), monitor.metrics(),
                             iteration, converged, centers)
 
 
-def _nkmeans_run(rows, centers, network, options, monitor):
+def _nkmeans_run(rows, centers, network, options, monitor, weights):
     """The NK-means iterations: a pass over each agent's rows, then `inner` center
     updates on that partition; rho follows options.rho_stages()."""
     n_agents, k = network.n_agents, options.n_clusters
@@ -142,14 +167,18 @@ def _nkmeans_run(rows, centers, network, options, monitor):
         rho = stages[stage]
         sse, changed = 0.0, 0
         sums = np.zeros(centers.shape)
-        counts = np.zeros((n_agents, k), dtype=np.int64)
+        counts = np.zeros((n_agents, k))
         for m in range(n_agents):
-            dist, new_labels = nearest(rows[m], centers[m])
+            new_labels, chosen = nearest(rows[m], centers[m])
             changed += int((new_labels != labels[m]).sum())
             labels[m] = new_labels
-            sse += float(dist[np.arange(len(new_labels)), new_labels].astype(np.float64).sum())
-            np.add.at(sums[m], new_labels, rows[m])
-            counts[m] = np.bincount(new_labels, minlength=k)
+            sse += weighted_cost(chosen, weights[m])
+            if weights[m] is None:
+                np.add.at(sums[m], new_labels, rows[m])
+                counts[m] = np.bincount(new_labels, minlength=k)
+            else:
+                np.add.at(sums[m], new_labels, weights[m][:, None] * rows[m])
+                counts[m] = np.bincount(new_labels, weights=weights[m], minlength=k)
         before = centers
         for step in range(options.inner):
             centers = center_update(centers, sums, counts, network, options.alpha, rho, faults,
@@ -188,13 +217,13 @@ def center_update(centers: np.ndarray, sums: np.ndarray, counts: np.ndarray, net
     return updated
 
 
-def _lloyd_run(points, centers, options, monitor):
+def _lloyd_run(points, centers, options, monitor, weights):
     """Centralized Lloyd on the pooled rows, recorded like an NK-means run (no
     disagreement).  Stops as soon as no label changes (unless monitor_every is 0)."""
     labels = np.full(len(points), -1, dtype=np.int64)
     iteration, converged = 0, False
     for iteration in range(1, options.max_iter + 1):
-        updated, new_labels, sse = lloyd_step(points, centers)
+        updated, new_labels, sse = lloyd_step(points, centers, weights)
         changed = int((new_labels != labels).sum())
         labels = new_labels
         at_rest = options.monitor_every > 0 and changed == 0
@@ -208,31 +237,39 @@ def _lloyd_run(points, centers, options, monitor):
     return centers, iteration, converged
 
 
-def centralized_cost(points: np.ndarray, centers: np.ndarray) -> float:
-    """J(c) = sum over all rows of the squared distance to the nearest of `centers` (K, p)."""
-    total = 0.0
-    for start in range(0, len(points), 65536):
-        dist, labels = nearest(points[start:start + 65536], centers)
-        total += float(dist[np.arange(len(labels)), labels].astype(np.float64).sum())
-    return total
+def weighted_cost(chosen: np.ndarray, weights: np.ndarray | None) -> float:
+    """Sum of the rows' squared distances to their centers (`chosen`, from `nearest`), each
+    times its weight when weighted; added in row order, as the kernels add them."""
+    terms = chosen.astype(np.float64) if weights is None else weights * chosen
+    return float(np.cumsum(terms)[-1]) if len(terms) else 0.0
 
 
-def lloyd_step(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """One centralized Lloyd step: labels and cost against `centers`, then the
+def centralized_cost(points: np.ndarray, centers: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """J(c) = sum over all rows of the (weighted) squared distance to the nearest of `centers` (K, p)."""
+    return weighted_cost(nearest(points, centers)[1], weights)
+
+
+def lloyd_step(points: np.ndarray, centers: np.ndarray,
+               weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """One centralized Lloyd step: labels and cost against `centers`, then the (weighted)
     cluster means (an empty cluster keeps its center).  Returns (means, labels, sse)."""
-    dist_labels = [nearest(points[s:s + 65536], centers) for s in range(0, len(points), 65536)]
-    labels = np.concatenate([lab for _, lab in dist_labels])
-    sse = sum(float(d[np.arange(len(lab)), lab].astype(np.float64).sum()) for d, lab in dist_labels)
-    counts = np.bincount(labels, minlength=len(centers))
+    labels, chosen = nearest(points, centers)
+    sse = weighted_cost(chosen, weights)
     sums = np.zeros_like(centers)
-    np.add.at(sums, labels, points)
+    if weights is None:
+        counts = np.bincount(labels, minlength=len(centers))
+        np.add.at(sums, labels, points)
+    else:
+        counts = np.bincount(labels, weights=weights, minlength=len(centers))
+        np.add.at(sums, labels, weights[:, None] * points)
     means = centers.copy()
     means[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
     return means, labels, sse
 
 
-def lloyd(points: np.ndarray, centers: np.ndarray, max_iter: int = 300, tol: float = 0.0) -> tuple[np.ndarray, int]:
-    """Centralized Lloyd's algorithm from `centers`: the pooled-data baseline.
+def lloyd(points: np.ndarray, centers: np.ndarray, max_iter: int = 300, tol: float = 0.0,
+          weights: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Centralized (weighted) Lloyd's algorithm from `centers`: the pooled-data baseline.
 
     An empty cluster keeps its center.  Stops when no label changes and no
     center moves more than `tol`.  Returns (centers, iterations).
@@ -240,7 +277,7 @@ def lloyd(points: np.ndarray, centers: np.ndarray, max_iter: int = 300, tol: flo
     centers = np.array(centers, dtype=np.float64)
     labels = None
     for iteration in range(1, max_iter + 1):
-        updated, new_labels, _ = lloyd_step(points, centers)
+        updated, new_labels, _ = lloyd_step(points, centers, weights)
         move = float(np.sqrt(((updated - centers) ** 2).sum(axis=1)).max())
         stable = labels is not None and np.array_equal(labels, new_labels)
         centers, labels = updated, new_labels

@@ -5,11 +5,13 @@ pure function of what one agent holds, so its outcome does not depend on
 ranks or threads:
 
 1. *Summarize.*  Each agent clusters its own rows into at most m = 10 K
-   groups (k-means++ and a few Lloyd steps) and merges every group of fewer
-   than MIN_GROUP rows into its nearest group.  Its summary is the groups'
-   means with their row counts as weights.  An agent with fewer than
-   MIN_GROUP rows contributes nothing: no row, and no mean of fewer than
-   MIN_GROUP rows, ever leaves an agent.
+   groups (weighted k-means++ and a few Lloyd steps) and merges every group of
+   fewer than MIN_GROUP rows into its nearest group.  Its summary is the groups'
+   weighted means with their weights (row counts when the data are unweighted).
+   A row is a raw data point whatever its weight, so rows are counted, not
+   weights: an agent with fewer than MIN_GROUP rows of positive weight
+   contributes nothing, and no mean of fewer than MIN_GROUP rows ever leaves an
+   agent.
 2. *Merge up a spanning tree.*  Summaries travel one tree edge at a time
    towards the root (graph.spanning_tree).  Each agent joins its own summary
    and its children's (in ascending child id) and, when they hold more than
@@ -216,18 +218,27 @@ def _merge_small_groups(centers, mass, counts, min_group):
 
 
 @njit(cache=True, nogil=True)
-def summarize_rows(rows, n_groups, min_group, seed, agent):
-    """One agent's summary: its rows as at most n_groups weighted means, each of at
-    least min_group rows (empty when the agent has fewer than min_group rows)."""
+def summarize_rows(rows, row_weights, n_groups, min_group, seed, agent):
+    """One agent's summary: its rows of positive weight as at most n_groups weighted
+    means, each of at least min_group rows (empty when the agent has fewer than
+    min_group such rows)."""
     n, p = rows.shape
-    n_groups = min(n_groups, n // min_group)
+    kept = 0
+    for i in range(n):
+        kept += row_weights[i] > 0
+    n_groups = min(n_groups, kept // min_group)
     if n_groups == 0:
         return np.empty((0, p + 1))
-    x = np.empty((n, p))
+    x = np.empty((kept, p))
+    weights = np.empty(kept)
+    row = 0
     for i in range(n):
-        for j in range(p):
-            x[i, j] = rows[i, j]
-    weights = np.ones(n)
+        if row_weights[i] > 0:
+            for j in range(p):
+                x[row, j] = rows[i, j]
+            weights[row] = row_weights[i]
+            row += 1
+    n = kept
     chosen = kmeans_plusplus(x, weights, n_groups, 1, seed, agent, _LOCAL)
     centers = np.empty((len(chosen), p))
     for c in range(len(chosen)):
@@ -282,14 +293,15 @@ def seed_from_summary(summary, n_clusters, n_init, seed, agent):
 
 
 @njit(cache=True, nogil=True)
-def summarize_block(points, offsets, agent_ids, n_groups, min_group, seed, out_ptr, out):
+def summarize_block(points, weights, offsets, agent_ids, n_groups, min_group, seed, out_ptr, out):
     """summarize_rows for every agent of a block into rows out[out_ptr[a]:...];
-    returns each agent's row count."""
+    returns each agent's row count.  weights: (n,) or empty (every row weighs 1)."""
     n_agents = offsets.shape[0] - 1
     counts = np.zeros(n_agents, dtype=np.int64)
     for a in range(n_agents):
-        summary = summarize_rows(points[offsets[a]:offsets[a + 1]], n_groups, min_group, seed,
-                                 agent_ids[a])
+        lo, hi = offsets[a], offsets[a + 1]
+        agent_weights = weights[lo:hi] if weights.shape[0] else np.ones(hi - lo)
+        summary = summarize_rows(points[lo:hi], agent_weights, n_groups, min_group, seed, agent_ids[a])
         counts[a] = summary.shape[0]
         out[out_ptr[a]:out_ptr[a] + counts[a]] = summary
     return counts

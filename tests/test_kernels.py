@@ -18,11 +18,11 @@ def reference_block(points, offsets, centers):
     labels, sums, counts, sse = [], np.zeros((n_agents, k, p)), np.zeros((n_agents, k), int), np.zeros(n_agents)
     for m in range(n_agents):
         rows = points[offsets[m]:offsets[m + 1]]
-        dist, lab = nearest(rows, centers[m])
+        lab, chosen = nearest(rows, centers[m])
         labels.append(lab)
         np.add.at(sums[m], lab, rows)
         counts[m] = np.bincount(lab, minlength=k)
-        sse[m] = dist[np.arange(len(lab)), lab].astype(np.float64).sum()
+        sse[m] = chosen.astype(np.float64).sum()
     return np.concatenate(labels), sums, counts, sse
 
 

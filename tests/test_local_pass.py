@@ -53,11 +53,11 @@ def oracle_distances(points, centers_of_agent, row):
 class Pair:
     """A LocalPass and the oracle on the same block, each with its own labels and accumulators."""
 
-    def __init__(self, points, offsets, n_clusters, labels=None):
-        self.points, self.offsets, self.k = points, offsets, n_clusters
+    def __init__(self, points, offsets, n_clusters, labels=None, weights=kernels.UNWEIGHTED):
+        self.points, self.offsets, self.k, self.weights = points, offsets, n_clusters, weights
         n, p = points.shape
         self.n_agents = len(offsets) - 1
-        self.local = LocalPass(points, offsets, n_clusters)
+        self.local = LocalPass(points, offsets, n_clusters, weights)
         self.labels = np.full(n, -1, dtype=np.int32) if labels is None else labels.copy()
         self.out = kernels.accumulators(self.n_agents, n_clusters, p)
         self.ref_labels = self.labels.copy()
@@ -74,7 +74,7 @@ class Pair:
         sums, counts, changed = self.local.run(centers, self.labels, self.out)
         assert centers.tobytes() == given_centers.tobytes(), f"{where}: run modified the centers"
         ref_sums, ref_counts, ref_sse, ref_changed = kernels.assign_and_accumulate(
-            self.points, self.offsets, given_centers, self.ref_labels, out=self.ref_out)
+            self.points, self.offsets, given_centers, self.ref_labels, out=self.ref_out, weights=self.weights)
 
         if self.labels.tobytes() != self.ref_labels.tobytes():
             row = int(np.flatnonzero(self.labels != self.ref_labels)[0])
@@ -85,7 +85,7 @@ class Pair:
                         f"Row {self.points[row][:8].tolist()!r}; oracle squared distances "
                         f"{[float(d).hex() for d in dists]}")
         assert sums.shape == ref_sums.shape and sums.dtype == np.float64, where
-        assert counts.shape == ref_counts.shape and counts.dtype == np.int64, where
+        assert counts.shape == ref_counts.shape and counts.dtype == np.float64, where
         if sums.tobytes() != ref_sums.tobytes():
             bad = np.argwhere(sums.view(np.int64) != ref_sums.view(np.int64))[0]
             pytest.fail(f"{where}: sums differ first at (agent, cluster, feature) {tuple(bad)}: "
@@ -205,11 +205,12 @@ def creeping_schedule(n_passes=20):
     return kinds
 
 
-def drive(points, offsets, k, rng, kinds=None, buffers="fresh", centers=None, scale=None):
+def drive(points, offsets, k, rng, kinds=None, buffers="fresh", centers=None, scale=None,
+          weights=kernels.UNWEIGHTED):
     """Run a LocalPass and the oracle through the first centers and then `kinds` of moves.
     buffers: 'fresh' (a new centers array every pass), 'inplace' (one array overwritten)
     or 'swap' (two arrays used in turn, as the NK-means driver does)."""
-    pair = Pair(points, offsets, k)
+    pair = Pair(points, offsets, k, weights=weights)
     kinds = standard_schedule() if kinds is None else kinds
     scale = spread_of(points) if scale is None else scale
     centers = initial_centers(points, offsets, k, rng) if centers is None else centers
@@ -240,6 +241,30 @@ def test_blobs_uneven_agents(dtype, buffers, threads):
     drive(points, offsets, 16, rng, buffers=buffers)
     drive(points, offsets, 4, rng, buffers=buffers)
     drive(points, offsets, 6, rng, kinds=creeping_schedule(), buffers=buffers)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [3, 32])
+def test_weighted_rows(dtype, p, threads):
+    """Row weights (zeros, tiny, huge, integers) through both paths, screened and per feature."""
+    rng = np.random.default_rng(p)
+    points, offsets = blobs(rng, [0, 3, 250, 1, 40, 1200, 7, 600], p, dtype)
+    weights = rng.choice([0.0, 1.0, 3.0, 0.25, 1e-300, 1e30], size=len(points)) * rng.random(len(points))
+    drive(points, offsets, 8, rng, weights=weights)
+    drive(points, offsets, 5, rng, kinds=creeping_schedule(), weights=np.round(weights * 7))
+
+
+def test_unit_weights_are_unweighted():
+    """All weights 1: the very bits of an unweighted pass."""
+    rng = np.random.default_rng(5)
+    points, offsets = blobs(rng, [30, 500, 9], 4, np.float64)
+    centers = initial_centers(points, offsets, 6, rng)
+    plain, weighted = (kernels.accumulators(3, 6, 4) for _ in range(2))
+    labels = np.full(len(points), -1, dtype=np.int32)
+    LocalPass(points, offsets, 6).run(centers, labels.copy(), plain)
+    LocalPass(points, offsets, 6, np.ones(len(points))).run(centers, labels.copy(), weighted)
+    for got, expected in zip(weighted, plain):
+        assert got.tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -31,7 +31,7 @@ def test_an_agent_sends_only_means_of_large_enough_groups(n_rows, n_features, n_
     rows = rng.standard_normal((n_rows, n_features))
     if duplicates and n_rows:
         rows = rows[rng.integers(max(1, n_rows // 7), size=n_rows)]
-    summary = seeding.summarize_rows(rows, n_groups, seeding.MIN_GROUP, seed, 3)
+    summary = seeding.summarize_rows(rows, np.ones(n_rows), n_groups, seeding.MIN_GROUP, seed, 3)
     if n_rows < seeding.MIN_GROUP:
         assert len(summary) == 0                   # nothing leaves an agent this small
         return
@@ -64,8 +64,8 @@ def test_merged_summaries_keep_every_row_weight_and_respect_the_budget():
     tree = spanning_tree(network)
     merged = [None] * 100
     for a in np.argsort(-tree.depth, kind="stable"):
-        own = seeding.summarize_rows(rows[offsets[a]:offsets[a + 1]], seeding.summary_size(k),
-                                     seeding.MIN_GROUP, 0, a)
+        agent = rows[offsets[a]:offsets[a + 1]]
+        own = seeding.summarize_rows(agent, np.ones(len(agent)), seeding.summary_size(k), seeding.MIN_GROUP, 0, a)
         joined = np.concatenate([own] + [merged[c] for c in tree.children(a)])
         merged[a] = seeding.reduce_summary(joined, seeding.summary_size(k),
                                            seeding.message_rows(k), 0, a)

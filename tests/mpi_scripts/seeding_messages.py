@@ -7,7 +7,7 @@ the seeding must still equal the serial reference's.  Exit status 0 means so.
 import numpy as np
 from mpi4py import MPI
 
-from nkmpi import driver, exchange, seeding
+from nkmpi import driver, exchange, kernels, seeding
 from nkmpi.graph import block_placement, build_network, owners_from_bounds
 from nkmpi.options import Options
 from nkmpi.reference import agent_rows, network_seeding
@@ -36,7 +36,7 @@ exchange.TreeChannel.send_up = inspected
 bounds = block_placement(sizes, comm.Get_size())
 first, stop = bounds[rank], bounds[rank + 1]
 mine = points[offsets[first]:offsets[stop]]
-centers = driver.network_seeding(comm, mine, offsets[first:stop + 1] - offsets[first],
+centers = driver.network_seeding(comm, mine, kernels.UNWEIGHTED, offsets[first:stop + 1] - offsets[first],
                                  np.arange(first, stop), network, owners_from_bounds(bounds), options)
 smallest = min((rows[:, -1].min() for rows in sent if len(rows)), default=np.inf)
 smallest = comm.allreduce(smallest, op=MPI.MIN)
