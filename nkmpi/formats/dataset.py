@@ -26,6 +26,8 @@ FORMAT, VERSION = "nkmpi-dataset", 1
 #: rows offsets[m]:offsets[m+1]; optional (N,) int64 ground truth; optional group
 #: holding (E, 2) int64 undirected edges between agents.
 POINTS, AGENT_OFFSETS, LABELS, GRAPH, EDGES = "points", "agent_offsets", "labels", "graph", "graph/edges"
+#: Optional (N,) float32 or float64 weight of each row, non-negative and finite.
+WEIGHTS = "weights"
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,67 @@ def _read_metadata(path, f):
         if outside.size:
             a, b = edges[outside[0]]
             _fail(path, f"{EDGES!r} row {outside[0]} is ({a}, {b}): agent ids must be 0..{n_agents - 1}")
+    _check_virtual_sources(path, f)
     return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges)
+
+
+def _check_virtual_sources(path, f):
+    """Refuse a virtual `points`, `labels` or `weights` (data_tools.stitch writes them) unless
+    every file it maps is where HDF5 looks for it and holds a plain dataset of the mapped size
+    and dtype: HDF5 reads a missing or changed source as fill values, without an error."""
+    folder = os.path.dirname(os.path.join(os.getcwd(), path))     # HDF5's base for relative names
+    for name in (POINTS, LABELS, WEIGHTS):
+        virtual = f.get(name)
+        if not (isinstance(virtual, h5py.Dataset) and virtual.is_virtual):
+            continue
+        for mapping in virtual.virtual_sources():
+            stored = mapping.file_name.replace("%%", "%")         # HDF5 keeps names as printf patterns
+            where = f"{path}: {name!r} maps rows of {stored}"
+            if stored == ".":                                      # HDF5's name for the file itself
+                _check_source(where, virtual, mapping, f)
+                continue
+            source = _source_file(stored, folder)
+            if source is None:
+                _fail(path, f"{name!r} maps rows of {stored}, but there is no {os.path.join(folder, stored)} "
+                            "(a virtual dataset finds its files relative to its own folder: keep them together)")
+            # Not h5py.is_hdf5, which drops `link/..` from a name: HDF5 goes up from the link's target.
+            with reading(f"{path}: {name!r} maps rows of {source}, which cannot be read"):
+                with h5py.File(source, "r") as g:
+                    _check_source(where, virtual, mapping, g)
+
+
+def _source_file(name, folder):
+    """The file HDF5 opens first for a virtual dataset's source file `name`, or None: an absolute
+    name as it is, a relative one under each folder of HDF5_VDS_PREFIX (`${ORIGIN}` standing for
+    the virtual file's folder), then under the virtual file's folder.  HDF5's last resorts (the
+    working directory, a missing absolute name's base name) are not taken: another file may
+    have that name."""
+    if os.path.isabs(name):
+        return name if os.path.exists(name) else None
+    prefixes = [p.replace("${ORIGIN}", folder) for p in os.environ.get("HDF5_VDS_PREFIX", "").split(":") if p]
+    return next((c for c in (os.path.join(p, name) for p in [*prefixes, folder]) if os.path.exists(c)), None)
+
+
+def _check_source(where, virtual, mapping, file):
+    """The source dataset of `mapping` in the open `file` holds what the mapping reads, in the
+    virtual dataset's dtype (HDF5 would convert another silently), and is not virtual itself."""
+    name = mapping.dset_name.replace("%%", "%")
+    source = file.get(name)
+    if not isinstance(source, h5py.Dataset):
+        raise InputError(f"{where}: {file.filename} has no dataset {name}")
+    if source.is_virtual:
+        raise InputError(f"{where}: {file.filename}:{name} is itself virtual: map the files it maps instead")
+    selection = mapping.src_space
+    if selection.get_select_type() == h5py.h5s.SEL_ALL:
+        fits = source.shape[1:] == virtual.shape[1:] and source.size == mapping.vspace.get_select_npoints()
+        wanted = f"{mapping.vspace.get_select_npoints()} values in rows of shape {virtual.shape[1:]}"
+    else:
+        last = selection.get_select_bounds()[1]
+        fits = len(last) == source.ndim and all(i < n for i, n in zip(last, source.shape))
+        wanted = f"a selection up to index {last}"
+    if not fits or source.dtype != virtual.dtype:
+        raise InputError(f"{where}: {file.filename}:{name} has shape {source.shape} and dtype {source.dtype}, "
+                         f"the mapping reads {wanted} of {virtual.dtype} (was the file replaced?)")
 
 
 def coordinate_limit(dtype: DTypeLike, n_features: int) -> float:
