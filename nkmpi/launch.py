@@ -1,26 +1,37 @@
-"""How nkmpi's tests and job scripts start MPI programs: which launcher, with which
-environment.  Plain subprocess plumbing: this module loads no MPI.
+"""How nkmpi starts MPI programs — the tests, the job drivers and `make demo` alike: which
+launcher, with which flags, with which environment.  Plain subprocess plumbing: this
+module loads no MPI.
 
 Every rank gets one thread per BLAS and OpenMP pool, since ranks, not threads, share
 the cores, and finds this environment's `nkmpi` and `mpiexec` first on its PATH.
+
+    python -m nkmpi.launch -n 4 -- nkmpi run data.h5 -k 6
+
+runs a command on 4 ranks the same way, whichever MPI this environment has.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+from .errors import InputError, Parser
 
 #: What starts the ranks: mpiexec on any machine, srun inside a SLURM allocation.
 LAUNCHERS = ("mpiexec", "srun")
 #: The folder of this Python's executables: the virtual environment's `nkmpi` and, when
-#: `make install` put the MPICH wheel there, its `mpiexec`.
+#: `make install` put an MPI wheel there, its `mpiexec`.
 BIN = Path(sys.executable).parent
+#: Seconds `mpiexec --version` may take.
+VERSION_TIMEOUT = 60
 
 
 def mpiexec_path() -> str:
-    """$NKMPI_MPIEXEC when set, else the mpiexec next to this Python (the MPICH wheel), else
+    """$NKMPI_MPIEXEC when set, else the mpiexec next to this Python (an MPI wheel's), else
     PATH's; FileNotFoundError when there is none."""
     chosen = os.environ.get("NKMPI_MPIEXEC") or str(BIN / "mpiexec")
     if os.path.exists(chosen):
@@ -29,6 +40,34 @@ def mpiexec_path() -> str:
     if not found:
         raise FileNotFoundError("no mpiexec: run `make install` (it installs the MPICH wheel)")
     return found
+
+
+@functools.cache
+def implementation(mpiexec: str) -> str:
+    """Whose launcher `mpiexec` is, from its `--version`: "openmpi" (Open MPI 5 says
+    "Open MPI", 4 "OpenRTE"), "mpich" (Hydra: MPICH, and Intel MPI built on it) or "other".
+    Asked once per launcher and process."""
+    proc = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT,
+                          stdin=subprocess.DEVNULL)
+    text = proc.stdout + proc.stderr
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "openmpi"
+    if "HYDRA" in text or "Intel(R) MPI" in text:
+        return "mpich"
+    return "other"
+
+
+def mpiexec_flags(mpiexec: str) -> list[str]:
+    """The flags that make `mpiexec` start nkmpi's ranks as Hydra does by itself: Open MPI
+    refuses more ranks than cores (--oversubscribe) and to run as root
+    (--allow-run-as-root), and binds each rank to one core, which would leave
+    `nkmpi run --threads N` one core for its N threads (--bind-to none)."""
+    if implementation(mpiexec) != "openmpi":
+        return []
+    flags = ["--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        flags.append("--allow-run-as-root")
+    return flags
 
 
 def mpi_env() -> dict:
@@ -40,10 +79,40 @@ def mpi_env() -> dict:
 
 
 def launch_command(n_ranks: int, args: list, launcher: str = "mpiexec") -> list[str]:
-    """The command that runs `args` on `n_ranks` ranks: `mpiexec -n R ARGS`, or inside a
-    SLURM allocation `srun` with one CPU per rank, through PMI-2."""
+    """The command that runs `args` on `n_ranks` ranks: `mpiexec [its flags] -n R ARGS`, or
+    inside a SLURM allocation `srun` with one CPU per rank, through PMI-2."""
     if launcher == "srun":
         start = ["srun", f"--ntasks={n_ranks}", "--cpus-per-task=1", "--mpi=pmi2"]
     else:
-        start = [mpiexec_path(), "-n", str(n_ranks)]
+        mpiexec = mpiexec_path()
+        start = [mpiexec, *mpiexec_flags(mpiexec), "-n", str(n_ranks)]
     return start + [str(a) for a in args]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m nkmpi.launch -n R [--launcher L] -- COMMAND...`: become the launch of
+    COMMAND on R ranks (exec, so that signals reach the launcher itself)."""
+    parser = Parser(prog="python -m nkmpi.launch",
+                    description="Run a command on R ranks with this environment's MPI launcher "
+                                "and the flags it needs.")
+    parser.add_argument("-n", dest="ranks", type=int, required=True, metavar="R", help="number of ranks")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="mpiexec",
+                        help="mpiexec (default) or srun (inside a SLURM allocation)")
+    parser.add_argument("command", nargs="+", metavar="-- COMMAND", help="the program and its arguments")
+    try:
+        args = parser.parse_args(argv)
+        if args.ranks < 1:
+            raise InputError(f"-n must be at least 1, got {args.ranks}")
+        command = launch_command(args.ranks, args.command, args.launcher)
+    except (InputError, FileNotFoundError) as exc:
+        print(f"nkmpi: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        os.execvpe(command[0], command, mpi_env())
+    except OSError as exc:
+        print(f"nkmpi: error: cannot start {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,8 +1,14 @@
-"""Shared helpers: small datasets and MPI launches under a timeout."""
+"""Shared helpers: small datasets, MPI launches under a timeout, result files compared.
 
+Tests that start MPI programs carry the `mpi` marker: `make test-mpi` runs only them, on
+the environment's MPI stack (CI runs them on each stack it installs).
+"""
+
+import signal
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 
@@ -12,6 +18,9 @@ from nkmpi.launch import mpi_env
 
 #: Seconds any one MPI launch may take before the test fails (a hang is a failure).
 MPI_TIMEOUT = 120
+#: What a result records about how it was run (time, ranks, memory), the only parts of the
+#: file allowed to differ between rank counts and MPI libraries.
+EXECUTION_RECORD = {"n_ranks", "seconds", "seconds_setup", "seconds_loop", "metrics/seconds"}
 
 
 def mpiexec():
@@ -20,6 +29,20 @@ def mpiexec():
         return launch.mpiexec_path()
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
+
+
+def mpi_command(n_ranks, args):
+    """nkmpi.launch.launch_command: `mpiexec [the flags its MPI needs] -n R ARGS`."""
+    try:
+        return launch.launch_command(n_ranks, args)
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+
+
+def stop_signal():
+    """The signal a test sends mpiexec to stop a run: SIGTERM, which Hydra passes on to every
+    rank, or under Open MPI SIGUSR1, since its mpiexec answers SIGTERM by ending the job."""
+    return signal.SIGUSR1 if launch.implementation(mpiexec()) == "openmpi" else signal.SIGTERM
 
 
 def run_mpi(n_ranks, args, timeout=MPI_TIMEOUT, module="nkmpi"):
@@ -34,9 +57,14 @@ def run_script(n_ranks, script, *args, timeout=MPI_TIMEOUT):
 
 def run_python(n_ranks, python_args, timeout):
     """`mpiexec -n R python PYTHON_ARGS`, its output captured; fails on a hang."""
-    command = [mpiexec(), "-n", str(n_ranks), sys.executable, *map(str, python_args)]
+    return run_launch(mpi_command(n_ranks, [sys.executable, *python_args]), timeout)
+
+
+def run_launch(command, timeout=MPI_TIMEOUT, env=None):
+    """Run a launch command (mpiexec's, or another environment's nkmpi.launch), its output
+    captured; fails on a hang."""
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env or mpi_env())
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"MPI run did not finish within {timeout} s (hang?): {' '.join(command)}\n"
                     f"{exc.stdout}\n{exc.stderr}")
@@ -51,6 +79,31 @@ def run_job(script, *args, timeout=280):
         pytest.fail(f"{script} {' '.join(map(str, args))} did not finish in time: {exc.stderr}")
     assert proc.returncode == 0, proc.stderr
     return proc
+
+
+def file_contents(path):
+    """Every attribute and dataset of an HDF5 file, by path, but the execution record."""
+    contents = {}
+
+    def visit(name, node):
+        if name not in EXECUTION_RECORD and isinstance(node, h5py.Dataset):
+            contents[name] = node[()]
+        for key, value in node.attrs.items():
+            if key not in EXECUTION_RECORD and not key.startswith("rank_"):
+                contents[f"{name}@{key}"] = value
+
+    with h5py.File(path, "r") as f:
+        visit("", f)
+        f.visititems(visit)
+    return contents
+
+
+def assert_same_file(path, expected):
+    """Two HDF5 files hold the same attributes and datasets, bit for bit, but the execution record."""
+    found, wanted = file_contents(path), file_contents(expected)
+    assert set(found) == set(wanted), (path, set(found) ^ set(wanted))
+    for name, value in wanted.items():
+        assert np.array_equal(found[name], value), (path, name, value, found[name])
 
 
 def blobs(rng, n_clusters=3, n_features=2, per_cluster=20, spread=0.5, separation=6.0):

@@ -93,6 +93,7 @@ def dataset(tmp_path_factory):
     (["--inner", "3", "--link-failure-prob", "0.2", "--dropout-prob", "0.1"],
      dict(inner=3, link_failure_prob=0.2, dropout_prob=0.1)),
 ])
+@pytest.mark.mpi
 def test_mpi_equals_reference(dataset, tmp_path, extra, settings):
     path, points, offsets = dataset
     expected = simulate(points, offsets, build_network("ring", 12),
@@ -114,6 +115,7 @@ def test_mpi_equals_reference(dataset, tmp_path, extra, settings):
         assert got["attrs"]["inner"] == settings["inner"]
 
 
+@pytest.mark.mpi
 def test_resume_in_the_middle_of_a_schedule(dataset, tmp_path):
     path = dataset[0]
     args = ["run", path, "-k", 4, "--rho", 20, "--rho-schedule", "0.5:4", "--iters", 400,

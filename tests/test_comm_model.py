@@ -9,6 +9,8 @@ from conftest import run_mpi
 from data_tools.generate import generate
 from nkmpi.formats.result import read_result
 
+pytestmark = pytest.mark.mpi
+
 spec = importlib.util.spec_from_file_location("comm_model", Path(__file__).parent.parent / "jobs" / "comm_model.py")
 model = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(model)

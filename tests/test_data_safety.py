@@ -13,17 +13,13 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import MPI_TIMEOUT, mpi_env, mpiexec, run_mpi, uneven_dataset
+from conftest import (EXECUTION_RECORD, MPI_TIMEOUT, assert_same_file, file_contents, mpi_command, mpi_env,
+                      run_mpi, stop_signal, uneven_dataset)
 from nkmpi.cli import main
 from nkmpi.formats.dataset import read_all, write_dataset
 from nkmpi.formats.result import read_result
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
-
-#: What a result records about how it was run (time, ranks, memory), the only parts of the
-#: file allowed to differ between rank counts.
-EXECUTION_RECORD = {"n_ranks", "seconds", "seconds_setup", "seconds_loop", "metrics/seconds"}
-
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
@@ -88,6 +84,7 @@ ALIASES = {
 }
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("case", ALIASES)
 def test_no_output_replaces_an_input(dataset, tmp_path, case):
     make, message = ALIASES[case]
@@ -108,8 +105,7 @@ def test_simulate_refuses_to_replace_its_dataset(dataset, capsys):
 
 def hold(phase, n_ranks, args, env=None):
     """`nkmpi run ARGS` under mpiexec, held in `phase` (tests/mpi_scripts/hold_in_phase.py)."""
-    command = [mpiexec(), "-n", str(n_ranks), sys.executable, str(SCRIPTS / "hold_in_phase.py"), phase,
-               "run", *map(str, args)]
+    command = mpi_command(n_ranks, [sys.executable, SCRIPTS / "hold_in_phase.py", phase, "run", *args])
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(mpi_env(), **(env or {})))
 
@@ -136,6 +132,7 @@ def finish(proc):
     return proc.returncode, stdout, stderr
 
 
+@pytest.mark.mpi
 def test_two_runs_on_one_out_leave_one_runs_whole_file(dataset, tmp_path):
     """Both runs reach their final write together (held there until released), then
     write at once, on a file system without HDF5 file locks as on many clusters."""
@@ -146,7 +143,7 @@ def test_two_runs_on_one_out_leave_one_runs_whole_file(dataset, tmp_path):
     for proc in runs.values():
         wait_for(proc, "in write")
     for proc in runs.values():
-        proc.send_signal(signal.SIGTERM)        # the release; after the loop it stops nothing
+        proc.send_signal(stop_signal())        # the release; after the loop it stops nothing
     for proc in runs.values():
         status, _, stderr = finish(proc)
         assert status == 0, stderr
@@ -188,6 +185,7 @@ def _rewire(f):
 
 @pytest.mark.parametrize("edit,what", [(_nudge_point, "the points"), (_move_a_row, "offsets"),
                                        (_rewire, "the graph's edges")])
+@pytest.mark.mpi
 def test_resume_refuses_other_data_of_the_same_shapes(dataset, tmp_path, edit, what):
     args = ["-k", 3, "--iters", 30, "--monitor-every", 5, "--tol", 0, "--quiet"]
     checkpoint = tmp_path / "ck.h5"
@@ -203,18 +201,20 @@ def test_resume_refuses_other_data_of_the_same_shapes(dataset, tmp_path, edit, w
     assert proc.returncode == 0, proc.stderr          # the same data still resumes
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("phase", ["read", "seeding"])
 def test_stop_during_startup_ends_with_status_3_and_nothing_written(dataset, tmp_path, phase):
     out = tmp_path / "out.h5"
     proc = hold(phase, 2, [dataset, "-k", 3, "--out", out])
     wait_for(proc, f"in {phase}")
-    proc.send_signal(signal.SIGTERM)                 # mpiexec passes it to every rank
+    proc.send_signal(stop_signal())                  # mpiexec passes it to every rank
     status, stdout, stderr = finish(proc)
     assert status == 3, stderr
     assert "before the first iteration: no checkpoint was needed" in stdout
     assert not list(tmp_path.iterdir())              # no result, checkpoint or temporary file
 
 
+@pytest.mark.mpi
 def test_stop_during_startup_of_a_resumed_run_keeps_its_checkpoint(dataset, tmp_path):
     args = [dataset, "-k", 3, "--iters", 30, "--tol", 0, "--quiet"]
     checkpoint = tmp_path / "ck.h5"
@@ -232,11 +232,12 @@ def test_stop_during_startup_of_a_resumed_run_keeps_its_checkpoint(dataset, tmp_
     assert digest(checkpoint) == before and not (tmp_path / "b.h5").exists()
 
 
+@pytest.mark.mpi
 def test_stop_after_the_last_iteration_loses_nothing(dataset, tmp_path):
     out = tmp_path / "out.h5"
     proc = hold("write", 2, [dataset, "-k", 3, "--iters", 20, "--quiet", "--out", out])
     wait_for(proc, "in write")
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop_signal())
     status, _, stderr = finish(proc)
     assert status == 0 and read_result(out)["attrs"]["iterations"] == 20, stderr
 
@@ -262,23 +263,7 @@ def test_stop_signals_are_caught_before_anything_heavy_loads():
     assert script.value == "nkmpi.__main__:main"       # the installed command takes the same path
 
 
-def file_contents(path):
-    """Every attribute and dataset of an HDF5 file, by path, but the execution record."""
-    contents = {}
-
-    def visit(name, node):
-        if name not in EXECUTION_RECORD and isinstance(node, h5py.Dataset):
-            contents[name] = node[()]
-        for key, value in node.attrs.items():
-            if key not in EXECUTION_RECORD and not key.startswith("rank_"):
-                contents[f"{name}@{key}"] = value
-
-    with h5py.File(path, "r") as f:
-        visit("", f)
-        f.visititems(visit)
-    return contents
-
-
+@pytest.mark.mpi
 def test_whole_result_file_is_the_same_on_any_rank_count(dataset, tmp_path):
     files = {}
     for n_ranks in (1, 2, 3):
@@ -286,10 +271,7 @@ def test_whole_result_file_is_the_same_on_any_rank_count(dataset, tmp_path):
         proc = run_mpi(n_ranks, ["run", dataset, "-k", 4, "--iters", 60, "--monitor-every", 3, "--tol", 0,
                                  "--quiet", "--out", files[n_ranks]])
         assert proc.returncode == 0, proc.stderr
-    one = file_contents(files[1])
-    assert {"metrics/objective", "metrics/sse", "metrics/edge_disagreement", "centers", "@seed"} <= set(one)
+    assert {"metrics/objective", "metrics/sse", "metrics/edge_disagreement", "centers", "@seed"} <= \
+        set(file_contents(files[1]))
     for n_ranks in (2, 3):
-        other = file_contents(files[n_ranks])
-        assert set(other) == set(one)
-        for name, value in one.items():
-            assert np.array_equal(other[name], value), (n_ranks, name, value, other[name])
+        assert_same_file(files[n_ranks], files[1])

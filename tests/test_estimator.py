@@ -6,6 +6,8 @@ import pytest
 
 from conftest import run_script
 
+pytestmark = pytest.mark.mpi
+
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "estimator_fit.py"
 
 

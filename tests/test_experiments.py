@@ -8,6 +8,8 @@ import pytest
 
 from conftest import run_job
 
+pytestmark = pytest.mark.mpi
+
 SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "experiments.py"
 
 

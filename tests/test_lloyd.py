@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from conftest import mpi_env, mpiexec, run_mpi
+from conftest import mpi_command, mpi_env, run_mpi
 from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
 from nkmpi.options import Options
 from nkmpi.reference import simulate
+
+pytestmark = pytest.mark.mpi
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +100,7 @@ def test_lloyd_signal_checkpoints_and_resumes(dataset, tmp_path):
     path = dataset[0]
     args = ["run", path, "-k", 5, "--algorithm", "lloyd", "--iters", 200000, "--monitor-every", 0,
             "--seed", 3, "--checkpoint-every", 1000]
-    command = [mpiexec(), "-n", "3", sys.executable, "-m", "nkmpi"] + [str(a) for a in args] + \
-        ["--out", str(tmp_path / "cut.h5")]
+    command = mpi_command(3, [sys.executable, "-m", "nkmpi", *args, "--out", tmp_path / "cut.h5"])
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=mpi_env())
     assert "exact Lloyd" in proc.stdout.readline()

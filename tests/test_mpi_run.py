@@ -10,6 +10,8 @@ from nkmpi.graph import build_network
 from nkmpi.options import Options
 from nkmpi.reference import simulate
 
+pytestmark = pytest.mark.mpi
+
 GRAPHS = ["ring", "torus", "er:p=0.3", "star"]
 SEED = 1                                   # er:p=0.3 over 12 agents is connected for seed 1
 

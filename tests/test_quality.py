@@ -29,6 +29,7 @@ def quick_rows(tmp_path_factory):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_quick_rows(quick_rows):
     quality = load_script()
@@ -44,6 +45,7 @@ def test_quick_rows(quick_rows):
         assert int(row["iterations"]) > 0
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_lloyd_agents_agree(quick_rows):
     """Exact Lloyd: every agent holds the same centers, so their average costs the same."""

@@ -1,9 +1,12 @@
 """The fixed runs of tests/regression_runs.py give byte-identical arrays to the ones recorded."""
 
 import numpy as np
+import pytest
 
 from conftest import run_mpi
 from regression_runs import FIXTURE, run_all
+
+pytestmark = pytest.mark.mpi
 
 
 def test_results_are_byte_identical_to_the_recorded_ones(tmp_path):

@@ -45,6 +45,7 @@ def test_an_agent_sends_only_means_of_large_enough_groups(n_rows, n_features, n_
     assert (summary[:, :-1] <= rows.max(axis=0) + 1e-9).all()
 
 
+@pytest.mark.mpi
 def test_every_message_of_a_run_carries_only_large_groups():
     """Under mpiexec: every summary sent up the tree is inspected on its way out."""
     for n_ranks in (2, 3):
@@ -146,6 +147,7 @@ def pooled_ratios(points, result, best):
     return np.array([centralized_cost(points, c) for c in result["centers"]]) / best
 
 
+@pytest.mark.mpi
 def test_default_options_reach_the_pooled_optimum_where_flood_does_not(by_cluster, tmp_path):
     path, points, k, best = by_cluster
     ratios = {}
@@ -158,6 +160,7 @@ def test_default_options_reach_the_pooled_optimum_where_flood_does_not(by_cluste
     assert np.median(ratios["default"]) <= 1.02 and ratios["default"].max() <= 1.05
 
 
+@pytest.mark.mpi
 def test_lloyd_from_the_network_seeding_matches_the_reference(by_cluster, tmp_path):
     path, points, k, best = by_cluster
     out = tmp_path / "lloyd.h5"

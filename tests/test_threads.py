@@ -7,6 +7,8 @@ import pytest
 
 from conftest import run_script, uneven_dataset
 
+pytestmark = pytest.mark.mpi
+
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "threads_probe.py"
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from conftest import run_mpi, uneven_dataset
 
+pytestmark = pytest.mark.mpi
+
 
 def rewrite(name, value):
     def edit(f):
