@@ -23,16 +23,19 @@ import numpy as np
 from .errors import InputError, agree
 from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
-from .formats.dataset import DatasetInfo, check_rows, open_dataset, read_all, read_rows
-from .formats.hdf5 import check_output, new_run_id, refuse_overwriting
+from .formats.dataset import DatasetInfo, check_rows, check_weights, open_dataset, read_all, read_rows, read_weights
+from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
 from .graph import block_placement, edge_file, graph_text, network_of, owners_from_bounds
-from .init import check_enough_distinct, distinct_rows
+from .init import check_enough_distinct, distinct_rows, weighed_rows
 from .monitor import LOOP_PHASES
 from .options import Options, resume_keys
 
 #: How a run ended: every iteration it needed ran; stopped by a signal with its checkpoint
 #: written; stopped by a signal before its first iteration, with nothing to save.
 FINISHED, STOPPED, STOPPED_AT_START = "finished", "stopped", "stopped at start"
+#: What a checkpoint says of its run (`nkmpi status`; a result says FINISHED): written because
+#: a stop request ended the run, which goes on from it; written while the run went on.
+INTERRUPTED, PERIODIC = "interrupted", "periodic"
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Shard:
     owner : (M,) the rank hosting each agent.
     rank : this rank.
     load : returns this rank's rows, grouped by agent and checked (collective).
+    load_weights : returns their weights, checked, or None when the data are unweighted
+        (collective).
     """
 
     info: DatasetInfo
@@ -51,6 +56,7 @@ class Shard:
     owner: np.ndarray
     rank: int
     load: Callable[[], np.ndarray]
+    load_weights: Callable[[], np.ndarray | None]
 
     @property
     def offsets(self) -> np.ndarray:
@@ -82,21 +88,26 @@ class DatasetSource:
         bounds = agree(comm, block_placement, info.points_per_agent, size)
         first, stop = int(bounds[rank]), int(bounds[rank + 1])
         return Shard(info, np.arange(first, stop), owners_from_bounds(bounds), rank,
-                     lambda: agree(comm, read_rows, info, first, stop))
+                     lambda: agree(comm, read_rows, info, first, stop),
+                     lambda: agree(comm, read_weights, info, first, stop))
 
 
 class ArraySource:
     """Rows a user's program holds: `points` (n, p) of this rank's agents grouped by agent,
-    their local `agent_offsets` (default: one agent) and their global ids `agents`
-    (default: agents numbered in rank order)."""
+    their local `agent_offsets` (default: one agent), their global ids `agents` (default:
+    agents numbered in rank order) and their `weights` (n,) (default: every row weighs 1;
+    every rank gives weights or none does)."""
 
-    def __init__(self, points, agent_offsets=None, agents=None):
+    def __init__(self, points, agent_offsets=None, agents=None, weights=None):
         self.path = None
-        self.points, self.agent_offsets, self.agents = points, agent_offsets, agents
+        self.points, self.agent_offsets, self.agents, self.weights = points, agent_offsets, agents, weights
 
     def open(self, comm) -> Shard:
         rank = comm.Get_rank()
         points, offsets = agree(comm, rows_and_offsets, self.points, self.agent_offsets)
+        weights = agree(comm, sample_weights, self.weights, len(points))
+        if len(set(comm.allgather(weights is None))) > 1:
+            raise InputError("sample_weight must be given on every rank or on none", collective=True)
         n_local = len(offsets) - 1
         agents = self.agents
         if agents is None:
@@ -120,8 +131,8 @@ class ArraySource:
         sizes[ids] = np.concatenate([s for _, s, *_ in everyone])
         all_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         info = DatasetInfo(None, int(all_offsets[-1]), points.shape[1], points.dtype, all_offsets,
-                           False, None)
-        return Shard(info, agents, owner, rank, lambda: points)
+                           False, None, weights is not None)
+        return Shard(info, agents, owner, rank, lambda: points, lambda: weights)
 
 
 def rows_and_offsets(points, agent_offsets):
@@ -141,6 +152,20 @@ def rows_and_offsets(points, agent_offsets):
         raise InputError("agent_offsets must start at 0, not decrease and end at len(X)")
     check_rows(points, "X")
     return points, offsets
+
+
+def sample_weights(weights, n_rows):
+    """`weights` as a checked (n,) float64 array of finite non-negative row weights, or None."""
+    if weights is None:
+        return None
+    try:
+        weights = np.array(weights, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"sample_weight must be a numeric array: {exc}") from None
+    if weights.shape != (n_rows,):
+        raise InputError(f"sample_weight must hold one weight per row of X ({n_rows}), has shape {weights.shape}")
+    check_weights(weights, "sample_weight")
+    return weights
 
 
 def _agent_ids(agents, n_local):
@@ -193,12 +218,19 @@ def output_paths(options: Options, data, init_file=None):
     return out, checkpoint
 
 
+#: What a checkpoint must share with the run resuming it about the data.
+DATA_KEYS = ("n_agents", "n_points", "n_features", "weighted")
+#: Their values in checkpoints of an nkmpi that did not record them.
+UNRECORDED_DATA_ATTRS = {"weighted": False}
+
+
 def data_attrs(options: Options, info: DatasetInfo, n_ranks: int) -> dict:
     """The run's parameters as stored in its result and checkpoints (known before it runs)."""
     attrs = options.as_attrs(graph_text(options.graph, info.edges))
     if info.path is not None:
         attrs["data"] = os.path.abspath(info.path)
-    attrs.update(n_ranks=n_ranks, n_agents=info.n_agents, n_points=info.n_points, n_features=info.n_features)
+    attrs.update(n_ranks=n_ranks, n_agents=info.n_agents, n_points=info.n_points, n_features=info.n_features,
+                 dtype=info.dtype.name, weighted=info.has_weights)
     return attrs
 
 
@@ -208,8 +240,8 @@ def outcome_attrs(result, seconds):
 
 def check_resumable(path, checkpoint, options, attrs):
     """Refuse a checkpoint made with other settings, or one with nothing left to do."""
-    saved = checkpoint["attrs"]
-    keys = resume_keys() + ("n_agents", "n_points", "n_features")
+    saved = dict(UNRECORDED_DATA_ATTRS, **checkpoint["attrs"])
+    keys = resume_keys() + DATA_KEYS
     differ = [f"{key} {saved.get(key)!r} -> {attrs[key]!r}" for key in keys if saved.get(key) != attrs[key]]
     if differ:
         raise InputError(f"--resume {path}: the checkpoint was made with other settings or data: "
@@ -224,6 +256,14 @@ def check_resumable(path, checkpoint, options, attrs):
     if iteration >= options.max_iter:
         raise InputError(f"--resume {path}: the checkpoint is at iteration {iteration}, "
                          f"nothing left to do with --iters {options.max_iter}")
+
+
+def points_share(points, weights, offsets, agents) -> int:
+    """This block's share of the points' fingerprint, which covers their weights too."""
+    share = checkpoint_format.block_fingerprint(points, offsets, agents)
+    if weights is not None:
+        share += checkpoint_format.block_fingerprint(weights[:, None], offsets, agents)
+    return share
 
 
 def check_same_data(path, saved, attrs):
@@ -311,6 +351,7 @@ class _Run:
         from mpi4py import MPI
 
         from . import driver, kernels
+        from .consensus import consensus
         comm, rank = self.comm, self.rank
         out, checkpoint = agree(comm, output_paths, self.options, self.source.path, self.init_file)
         run_id = comm.bcast(new_run_id() if rank == 0 else None, root=0)
@@ -336,13 +377,15 @@ class _Run:
         kernels.warm_up(info.dtype)
         memory_before_load = resident_bytes()
         points, offsets, agents = shard.load(), shard.offsets, shard.agents
+        weights = shard.load_weights()
         if out or checkpoint or resume:
             attrs.update(checkpoint_format.combine_fingerprints(
-                comm.allgather(checkpoint_format.block_fingerprint(points, offsets, agents)),
-                info.offsets, network))
+                comm.allgather(points_share(points, weights, offsets, agents)), info.offsets, network))
         if resume:
             agree(comm, check_same_data, options.resume, resume["attrs"], attrs)
-        samples = comm.allgather(distinct_rows(points, options.n_clusters))
+        if weights is not None and comm.allreduce(float(weights.sum())) == 0:
+            raise InputError("every row has weight 0: nothing to cluster", collective=True)
+        samples = comm.allgather(distinct_rows(weighed_rows(points, weights), options.n_clusters))
         agree(comm, check_enough_distinct, samples, options.n_clusters)
         self.report(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
                     f"K={options.n_clusters}, {method_text(options)}, graph {attrs['graph']} "
@@ -359,18 +402,23 @@ class _Run:
             checkpoint_format.write_checkpoint(
                 checkpoint, comm, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
                 agent_start=first, centers=snapshot.centers, initial_centers=snapshot.initial_centers,
-                row_start=row_start, labels=snapshot.labels, metrics=snapshot.metrics, attrs=state)
+                row_start=row_start, labels=snapshot.labels, metrics=snapshot.metrics, attrs=state,
+                interrupted=snapshot.interrupted)
             self.report(f"nkmpi: checkpoint after iteration {snapshot.iterations} written to {checkpoint}")
 
+        row_weights = kernels.UNWEIGHTED if weights is None else weights
         result = driver.run(comm, points, offsets, agents, network, shard.owner, options, self.stream,
                             resume=resume, checkpoint=write_checkpoint if checkpoint else None,
-                            checkpoint_every=options.checkpoint_every, stop_requested=self.stop_requested)
+                            checkpoint_every=options.checkpoint_every, stop_requested=self.stop_requested,
+                            weights=row_weights)
         if result.interrupted:
             if result.iterations == first_iteration:
                 return self.stopped_at_start(agents, attrs, out, checkpoint)
             write_checkpoint(result)
             self.report(f"nkmpi: stopped by a signal; resume with --resume {checkpoint}", always=True)
             return Outcome(STOPPED, result, agents, attrs, out, checkpoint)
+        result.consensus, attrs["consensus_cost"] = consensus(comm, result.centers, info.n_agents, points, offsets,
+                                                              row_weights)
         attrs.update(outcome_attrs(result, time.perf_counter() - started))
         attrs.update(rank_statistics(comm, result, points.nbytes, memory_before_load))
         attrs.update(seconds_setup=started - self.entered + result.seconds["initialization"],
@@ -381,7 +429,8 @@ class _Run:
             result_format.write_result(out, comm, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
                                        agent_start=first, centers=result.centers,
                                        initial_centers=result.initial_centers, row_start=row_start,
-                                       assignments=result.labels, metrics=result.metrics, attrs=attrs)
+                                       assignments=result.labels, metrics=result.metrics, attrs=attrs,
+                                       consensus=result.consensus)
         return Outcome(FINISHED, result, agents, attrs, out, checkpoint)
 
     def stopped_at_start(self, agents, attrs, out, checkpoint):
@@ -396,32 +445,56 @@ class _Run:
 def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     """`nkmpi simulate`: the serial reference (nkmpi.reference) on a whole dataset, its
     result written like a run's."""
+    from . import kernels
+    from .consensus import consensus
     from .reference import simulate as reference_simulate
+    kernels.set_threads(1)      # a serial tool: no thread pool (a process that forks later must not have one)
     out, _ = output_paths(options, data, init_file)
     run_id = new_run_id()
     info, points = read_all(data)
+    weights = read_weights(info, 0, info.n_agents)
     options = options.resolve(info.n_points, info.n_agents)
     options.check_data(info.n_features, info.dtype)
-    check_enough_distinct([distinct_rows(points, options.n_clusters)], options.n_clusters)
+    if weights is not None and weights.sum() == 0:
+        raise InputError("every row has weight 0: nothing to cluster")
+    check_enough_distinct([distinct_rows(weighed_rows(points, weights), options.n_clusters)], options.n_clusters)
     network = network_of(options.graph, info.n_agents, options.seed, info.edges)
     attrs = data_attrs(options, info, 1)
     check_output(out, run_id, attrs)
     attrs.update(checkpoint_format.combine_fingerprints(
-        [checkpoint_format.block_fingerprint(points, info.offsets, range(info.n_agents))],
-        info.offsets, network))
+        [points_share(points, weights, info.offsets, range(info.n_agents))], info.offsets, network))
     started = time.perf_counter()
-    result = reference_simulate(points, info.offsets, network, options, stream=stream)
+    result = reference_simulate(points, info.offsets, network, options, stream=stream, weights=weights)
+    model, attrs["consensus_cost"] = consensus(None, result.centers, info.n_agents, points, info.offsets,
+                                               kernels.UNWEIGHTED if weights is None else weights)
     attrs.update(outcome_attrs(result, time.perf_counter() - started), simulated=True)
     result_format.write_result(out, None, run_id=run_id, n_agents=info.n_agents, n_points=info.n_points,
                                agent_start=0, centers=result.centers, initial_centers=result.initial_centers,
                                row_start=0, assignments=result.assignments, metrics=result.metrics,
-                               attrs=attrs)
+                               attrs=attrs, consensus=model)
     return Outcome(FINISHED, result, np.arange(info.n_agents), attrs, out, None)
 
 
+def run_state(path) -> tuple[str, int]:
+    """`nkmpi status`: how the run that wrote `path`, its checkpoint or its result, ended
+    (INTERRUPTED, PERIODIC or FINISHED) and after how many iterations, from the file's
+    attributes alone: job scripts decide on it, since launchers report statuses their own way."""
+    attrs = read_attributes(path, {checkpoint_format.FORMAT: (checkpoint_format.VERSION, "checkpoint"),
+                                   result_format.FORMAT: (result_format.VERSION, "result")})
+    if attrs["format"] == result_format.FORMAT:
+        state, iteration = FINISHED, attrs.get("iterations")
+    else:
+        state = INTERRUPTED if checkpoint_format.interrupted(attrs, path) else PERIODIC
+        iteration = attrs.get("iteration")
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 1:
+        raise InputError(f"{path}: holds no valid iteration count (a damaged file)")
+    return state, iteration
+
+
 def summarize(path, data=None) -> dict:
-    """`nkmpi summary`: a result's outcome, and each agent's centers' centralized cost over
-    its dataset relative to centralized Lloyd's from the same start."""
+    """`nkmpi summary`: a result's outcome, and each agent's centers' (and the consensus
+    model's) centralized cost over its dataset relative to centralized Lloyd's from the
+    same start, weighted as the run was."""
     from .formats.hdf5 import plain
     from .reference import centralized_cost, lloyd
     result = result_format.read_result(path)
@@ -429,7 +502,8 @@ def summarize(path, data=None) -> dict:
     data = data or attrs.get("data")
     if not isinstance(data, str):
         raise InputError(f"{path}: holds no dataset path; pass --data")
-    _, points = read_all(data)
+    info, points = read_all(data)
+    weights = read_weights(info, 0, info.n_agents)
     centers, start = result["centers"], result["initial_centers"]
     if centers.shape[2] != points.shape[1] or len(result["assignments"]) != len(points):
         raise InputError(f"{path} does not belong to {data}: {len(result['assignments'])} points "
@@ -440,9 +514,12 @@ def summarize(path, data=None) -> dict:
     if not (np.isfinite(metrics["objective"][-1]) and np.isfinite(metrics["edge_disagreement"][-1])
             and isinstance(attrs.get("iterations"), int)):
         raise InputError(f"{path}: its metrics or iteration count are not numbers (a damaged file)")
-    lloyd_centers, lloyd_iterations = lloyd(points, start[0], max_iter=10000)
-    best = centralized_cost(points, lloyd_centers)
+    lloyd_centers, lloyd_iterations = lloyd(points, start[0], max_iter=10000, weights=weights)
+    best = centralized_cost(points, lloyd_centers, weights)
+    consensus = result[result_format.CONSENSUS_CENTERS]
     return {"iterations": attrs["iterations"], "converged": attrs.get("converged") is True,
             "objective": metrics["objective"][-1], "disagreement": metrics["edge_disagreement"][-1],
             "lloyd_iterations": lloyd_iterations,
-            "cost_ratios": np.array([centralized_cost(points, c) for c in centers]) / best}
+            "cost_ratios": np.array([centralized_cost(points, c, weights) for c in centers]) / best,
+            "consensus_cost": attrs.get(result_format.CONSENSUS_COST),
+            "consensus_ratio": None if consensus is None else centralized_cost(points, consensus, weights) / best}

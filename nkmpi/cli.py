@@ -1,8 +1,9 @@
-"""Command line: `nkmpi run | simulate | info | summary`; parsing and printing only
-(runs are nkmpi.app's, the flags come from the schema in nkmpi.options).
+"""Command line: `nkmpi run | predict | simulate | info | summary | status`; parsing and
+printing only (runs are nkmpi.app's, predictions nkmpi.predict's, the flags come from the
+schema in nkmpi.options).
 
-`run` is the MPI program (launched with mpiexec or srun); the others are
-serial tools and never initialize MPI.  Bad input is found before the first
+`run` and `predict` are MPI programs (launched with mpiexec or srun, or alone on one
+rank); the others are serial tools and never initialize MPI.  Bad input is found before the first
 iteration, agreed on by all ranks, and reported once by rank 0 as
 `nkmpi: error: ...` with exit status 2.  Any other failure on any rank aborts
 the whole job, so no rank is left waiting in a collective.
@@ -21,9 +22,20 @@ from .graph import build_network, default_spec, graph_stats
 from .monitor import LOOP_PHASES
 from .options import Options, add_arguments, init_file
 
+#: The commands that run under MPI; the others never initialize it.
+MPI_COMMANDS = ("run", "predict")
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
 EXIT_FAILURE = 1
+
+
+def state_status():
+    """`nkmpi status`'s exit status for each answer: 0 only for a checkpoint a stopped run goes
+    on from, so that `if nkmpi status CHECKPOINT` asks just that; none is 1 (a crash), 2 (bad
+    input) or 3 (`nkmpi run` stopped).  nkmpi.app is imported only here and when a command
+    runs, so that importing the command line loads nothing heavy."""
+    from .app import FINISHED, INTERRUPTED, PERIODIC
+    return {INTERRUPTED: 0, PERIODIC: 4, FINISHED: 5}
 
 
 def make_parser():
@@ -42,6 +54,22 @@ def make_parser():
     summary = sub.add_parser("summary", help="summarize a result against centralized Lloyd (serial)")
     summary.add_argument("result", help="result v1 HDF5 file")
     summary.add_argument("--data", default=None, help="its dataset (default: the path stored in the result)")
+    answers = ", ".join(f"{code} {state}" for state, code in state_status().items())
+    status = sub.add_parser("status", help="how the run that wrote a checkpoint or result ended (for job scripts)",
+                            description="Print how the run that wrote FILE ended and after how many iterations, "
+                            f"as STATE ITERATION, and exit with the state's status: {answers}; 2 when FILE is "
+                            "not a readable checkpoint or result.")
+    status.add_argument("file", metavar="FILE", help="a checkpoint or result HDF5 file")
+    predict = sub.add_parser("predict", help="label a dataset's rows with a run's model (mpiexec -n R nkmpi "
+                             "predict ...)")
+    predict.add_argument("result", help="result v1 HDF5 file of a finished run")
+    predict.add_argument("data", help="dataset v1 HDF5 file whose rows to label (the run's features and dtype)")
+    predict.add_argument("--model", default="consensus", metavar="consensus|own|AGENT",
+                         help="the network-average centers (default), each row's own agent's centers (data with "
+                         "the run's agents: its own rows get its assignments), or agent AGENT's centers")
+    predict.add_argument("--out", default=None, metavar="LABELS.h5",
+                         help="labels file (default: DATA's name with .labels.h5)")
+    predict.add_argument("--quiet", action="store_true", help="no closing line")
     return parser
 
 
@@ -85,6 +113,14 @@ def final_line(metrics, iterations, converged, seconds, out):
             f"wrote {out}")
 
 
+def command_predict(args, comm):
+    """`nkmpi predict` on one rank: labels written by every rank; rank 0 says where."""
+    from .predict import predict
+    predict(comm, args.result, args.data, args.out, args.model,
+            report=None if args.quiet else (lambda text: print(text, flush=True)))
+    return 0
+
+
 def command_simulate(args):
     from . import app
     options = Options.from_args(args)
@@ -107,6 +143,7 @@ def command_info(args):
           f"median {np.median(per_agent):g}, max {per_agent.max()}; "
           f"{int((per_agent == 0).sum())} without points")
     print(f"labels    {'yes' if info.has_labels else 'no'}")
+    print(f"weights   {'yes' if info.has_weights else 'no (every row weighs 1)'}")
     print(f"graph     in file: {'%d edges' % len(info.edges) if info.edges is not None else 'no'}")
     spec = default_spec(args.graph, info.edges)
     stats = graph_stats(build_network(spec, info.n_agents, args.seed, info.edges, require_connected=False))
@@ -128,16 +165,27 @@ def command_summary(args):
     print(f"agents' centers, centralized cost / centralized Lloyd from the same start "
           f"({summary['lloyd_iterations']} iterations): min {costs.min():.6f}, median {np.median(costs):.6f}, "
           f"max {costs.max():.6f}")
+    if summary["consensus_ratio"] is not None:
+        print(f"consensus     the network-average centers: cost {summary['consensus_cost']:.9e}, "
+              f"{summary['consensus_ratio']:.6f} of centralized Lloyd's")
     return 0
+
+
+def command_status(args):
+    from .app import run_state
+    state, iteration = run_state(args.file)
+    print(state, iteration)
+    return state_status()[state]
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    serial_command = next((a for a in argv if not a.startswith("-")), None) != "run"
+    serial_command = next((a for a in argv if not a.startswith("-")), None) not in MPI_COMMANDS
     if serial_command:
         try:
             args = make_parser().parse_args(argv)
-            handler = {"simulate": command_simulate, "info": command_info, "summary": command_summary}
+            handler = {"simulate": command_simulate, "info": command_info, "summary": command_summary,
+                       "status": command_status}
             return handler[args.command](args)
         except InputError as exc:
             print(f"nkmpi: error: {exc}", file=sys.stderr)
@@ -146,15 +194,19 @@ def main(argv=None):
 
 
 def main_mpi(argv):
-    """`nkmpi run`: every rank runs this; failures end every rank."""
-    stop.catch_stop_signals()           # again, for callers that did not come through __main__
+    """`nkmpi run` and `nkmpi predict`: every rank runs this; failures end every rank."""
+    if next((a for a in argv if not a.startswith("-")), None) == "run":
+        stop.catch_stop_signals()       # again, for callers that did not come through __main__
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else StringIO()):
             args = agree(comm, make_parser().parse_args, argv)      # --help prints once
-        status = command_run(args, comm, stop_requested=stop.requested)
+        if args.command == "predict":
+            status = command_predict(args, comm)
+        else:
+            status = command_run(args, comm, stop_requested=stop.requested)
         stop.ignore_stop_signals()
         return status
     except InputError as exc:

@@ -60,6 +60,7 @@ class BlockResult:
         iterations, wall).
     interrupted : stopped on request (a signal) before the end: write a checkpoint.
     rho_stage : index into options.rho_stages() of the rho in use.
+    consensus : (K, p) the consensus model (nkmpi.consensus), once the caller has it.
     """
 
     centers: np.ndarray
@@ -72,6 +73,7 @@ class BlockResult:
     seconds: dict
     interrupted: bool = False
     rho_stage: int = 0
+    consensus: np.ndarray | None = None
 
 
 def agent_seeds(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray, agents: np.ndarray,

@@ -57,7 +57,9 @@ class NKMeans:
     n_iter_ : iterations run.  converged_ : bool.
     metrics_ : dict of 1-D arrays (the result file's metrics/), on every rank.
     inertia_ : sum over all agents of the squared distance of each row to its
-        nearest own-agent center, at the last monitoring point.
+        nearest own-agent center, at the last monitoring point (weighted).
+    consensus_centers_ : (K, p) the network-average centers (nkmpi.consensus), on every rank.
+    consensus_cost_ : their cost over all ranks' rows (weighted).
     agents_ : (L,) global ids of this rank's agents.
     """
 
@@ -90,13 +92,15 @@ class NKMeans:
             raise InputError("give rho or coupling, not both (rho = coupling x mean points per agent)")
         return Options(**values)
 
-    def fit(self, X, agent_offsets=None, agents=None) -> NKMeans:
+    def fit(self, X, agent_offsets=None, agents=None, sample_weight=None) -> NKMeans:
         """Fit on this rank's rows.
 
         X : (n, p) rows of this rank's agents, grouped by agent.
         agent_offsets : (L+1,) local row offsets of the agents (default: one agent).
         agents : (L,) ascending global ids of this rank's agents (default: agents
             numbered in rank order).  Checkpoints need consecutive ids in rank order.
+        sample_weight : (n,) finite non-negative weight of each row (default: all 1),
+            on every rank or on none.
         """
         from mpi4py import MPI
 
@@ -104,7 +108,7 @@ class NKMeans:
         comm = self.comm if self.comm is not None else MPI.COMM_WORLD
         options = agree(comm, self._options)
         with noting_stop_signals(options.checkpoint is not None) as stop_requested:
-            outcome = app.execute(comm, options, app.ArraySource(X, agent_offsets, agents),
+            outcome = app.execute(comm, options, app.ArraySource(X, agent_offsets, agents, sample_weight),
                                   stop_requested=stop_requested)
         if outcome.status == app.STOPPED:
             raise Stopped(f"stopped by a signal after iteration {outcome.result.iterations}; "
@@ -118,23 +122,35 @@ class NKMeans:
         self.converged_ = result.converged
         self.metrics_ = comm.bcast(result.metrics, root=0)
         self.inertia_ = float(self.metrics_["sse"][-1])
+        self.consensus_centers_ = result.consensus
+        self.consensus_cost_ = float(outcome.attrs["consensus_cost"])
         self.agents_ = outcome.agents
         return self
 
-    def predict(self, X, agent_offsets=None) -> np.ndarray:
-        """Nearest center of each row among its own agent's centers (rows grouped as in fit)."""
+    def predict(self, X, agent_offsets=None, model="own") -> np.ndarray:
+        """Nearest center of each row (ties to the lowest index), as `nkmpi predict`.
+
+        model : 'own' (rows grouped by this rank's agents as in fit, each against its
+            own agent's centers) or 'consensus' (every row against consensus_centers_).
+        """
         from . import kernels
         from .app import rows_and_offsets
         X, offsets = rows_and_offsets(X, agent_offsets)
         if X.shape[1] != self.cluster_centers_.shape[2]:
             raise InputError(f"X has {X.shape[1]} features, the model {self.cluster_centers_.shape[2]}")
-        if len(offsets) - 1 != len(self.cluster_centers_):
-            raise InputError(f"predict needs rows grouped by this rank's {len(self.cluster_centers_)} "
-                             "agents: pass agent_offsets")
-        return kernels.nearest_labels(X, offsets, self.cluster_centers_).astype(np.int64)
+        if model == "consensus":
+            centers = np.broadcast_to(self.consensus_centers_, (len(offsets) - 1,) + self.consensus_centers_.shape)
+        elif model == "own":
+            if len(offsets) - 1 != len(self.cluster_centers_):
+                raise InputError(f"predict needs rows grouped by this rank's {len(self.cluster_centers_)} "
+                                 "agents: pass agent_offsets")
+            centers = self.cluster_centers_
+        else:
+            raise InputError(f"model must be 'own' or 'consensus', got {model!r}")
+        return kernels.nearest_labels(X, offsets, np.ascontiguousarray(centers)).astype(np.int64)
 
-    def fit_predict(self, X, agent_offsets=None, agents=None) -> np.ndarray:
-        return self.fit(X, agent_offsets, agents).labels_
+    def fit_predict(self, X, agent_offsets=None, agents=None, sample_weight=None) -> np.ndarray:
+        return self.fit(X, agent_offsets, agents, sample_weight).labels_
 
 
 _SIGNATURE = inspect.Signature(_parameters())

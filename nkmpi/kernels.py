@@ -322,6 +322,40 @@ def exact_partials(values: np.ndarray) -> np.ndarray:
 
 
 @njit(**_JIT)
+def _coordinate_partials(centers, first, out):
+    flat = centers.reshape(centers.shape[0], centers.shape[1] * centers.shape[2])
+    for c in range(out.shape[0]):
+        partials = out[c, 1:]
+        n = 0
+        for a in range(flat.shape[0]):
+            n = _add_exact(partials, n, flat[a, first + c])
+        out[c, 0] = n
+        out[c, 1 + n:] = 0.0
+
+
+def coordinate_partials(centers: np.ndarray, first: int = 0, stop: int | None = None) -> np.ndarray:
+    """For coordinates first..stop-1 of the K x p (all by default), exact partials of each
+    one's sum over the block's agents: rows of [count, partials...] (see `exact_partials`),
+    (stop - first, 1 + EXACT_PARTIALS).  `merge_partials` joins two blocks' rows exactly, in
+    any order."""
+    stop = centers.shape[1] * centers.shape[2] if stop is None else stop
+    out = np.zeros((stop - first, 1 + EXACT_PARTIALS))
+    _coordinate_partials(np.ascontiguousarray(centers, dtype=np.float64), first, out)
+    return out
+
+
+@njit(**_JIT)
+def merge_partials(into, other):
+    """into += other, row by row, for rows of `coordinate_partials`: exact."""
+    for c in range(into.shape[0]):
+        partials = into[c, 1:]
+        n = int(into[c, 0])
+        for i in range(int(other[c, 0])):
+            n = _add_exact(partials, n, other[c, 1 + i])
+        into[c, 0] = n
+
+
+@njit(**_JIT)
 def _disagreement(ext, edge_a, edge_b):
     rows = ext.reshape(ext.shape[0], ext.shape[1] * ext.shape[2])
     partials = np.zeros(EXACT_PARTIALS)

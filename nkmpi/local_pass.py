@@ -74,7 +74,7 @@ def _store_lower(value):
     return np.float32(min(padded, _FLOAT32_MAX))
 
 
-@njit(inline='always', **_JIT)
+@njit(**_JIT)
 def _distance(points, row, center, k):
     """The per-feature form, exactly as the reference kernel computes it."""
     acc = center[k, 0] - center[k, 0]         # zero in the data's precision
@@ -102,7 +102,7 @@ def _ranked(k, d, best, d_best, d_second):
     return best, min(d, d_best), d_second
 
 
-@njit(inline='always', **_JIT)
+@njit(**_JIT)
 def _assess(points, row, center):
     """All K distances of a row in the per-feature form: (best, its distance, the second
     smallest distance; inf when K = 1)."""
@@ -113,7 +113,7 @@ def _assess(points, row, center):
     return best, d_best, d_second
 
 
-@njit(inline='always', **_JIT)
+@njit(**_JIT)
 def _keep_bounds(upper, lower, row, d_best, d_second, err, f64_err):
     """Store a row's bounds from its best and second-best squared distances in the GEMM
     form, each within `err` of the true one."""
@@ -121,7 +121,7 @@ def _keep_bounds(upper, lower, row, d_best, d_second, err, f64_err):
     lower[row] = _store_lower(np.sqrt(max(d_second - err, 0.0)) * (1.0 - f64_err))
 
 
-@njit(inline='always', **_JIT)
+@njit(**_JIT)
 def _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta):
     """Store a row's bounds from its best and second-best squared distances in the
     per-feature form, each within `exact_err` relative and `eta` absolute of the true one."""
@@ -129,7 +129,7 @@ def _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, 
                  max(d_second - eta, 0.0) / (1.0 + exact_err), 0.0, f64_err)
 
 
-@njit(inline='always', **_JIT)
+@njit(inline='always', **_JIT)       # inlined: a call per row costs the cold pass of small agents 1.7x
 def _add_row(points, weights, row, label, sums, counts, a):
     weight = row_weight(weights, row)
     counts[a, label] += weight

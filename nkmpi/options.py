@@ -63,7 +63,7 @@ def init_file(spec):
 
 def read_init(spec):
     """An --init value as Options takes it: a method name, or the (K, p) array of file:PATH
-    (a .npy file, or an HDF5 file's 'centers', such as a result's)."""
+    (a .npy file, a result's consensus model, or an HDF5 file's (K, p) 'centers')."""
     path = init_file(spec)
     if path is None:
         return spec
@@ -74,10 +74,13 @@ def read_init(spec):
             centers = np.load(path)
         else:
             import h5py
+
+            from .formats.result import CONSENSUS_CENTERS
             with h5py.File(path, "r") as f:
-                if not isinstance(f.get("centers"), h5py.Dataset):
+                name = CONSENSUS_CENTERS if CONSENSUS_CENTERS in f else "centers"
+                if not isinstance(f.get(name), h5py.Dataset):
                     raise InputError(f"--init {spec}: the HDF5 file has no 'centers' dataset")
-                centers = f["centers"][()]
+                centers = f[name][()]
     except InputError:
         raise
     except (OSError, ValueError, TypeError, EOFError, SyntaxError, tokenize.TokenError,
@@ -149,9 +152,9 @@ class Options:
         "TOL, in data units", type=float)
     init: object = option(
         "network", "; ".join(f"{name}: {text}" for name, text in INIT_METHODS.items())
-        + "; file:PATH: (K, p) centers from a .npy file or an HDF5 file's 'centers' (the estimator "
-        f"takes the array). With network, only means of groups of at least {MIN_GROUP} points leave "
-        "an agent",
+        + "; file:PATH: (K, p) centers from a .npy file, a result's consensus model or an HDF5 file's "
+        f"'centers' (the estimator takes the array). With network, only means of groups of at least {MIN_GROUP} "
+        "points leave an agent",
         metavar="|".join(INIT_METHODS) + "|file:PATH", parse=read_init, resume=False)
     n_init: int = option(
         10, "with init network: seedings of the merged summary tried, the one of lowest summary cost "

@@ -1,5 +1,6 @@
-"""The command line: errors agreed by every rank, info, simulate and summary."""
+"""The command line: errors agreed by every rank, info, simulate, summary and status."""
 
+import shutil
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_mpi, uneven_dataset
+from nkmpi.cli import main
 from nkmpi.formats.result import read_result
 
 
@@ -78,6 +80,7 @@ def garbled_init(folder):
     (lambda d, t: ["run", d, "-k", 3, "--rho-schedule", "1", "--monitor-every", 0],
      "monitor-every must be > 0"),
 ])
+@pytest.mark.mpi
 def test_bad_input_stops_every_rank_with_status_2(dataset, tmp_path, make_args, message):
     args = make_args(dataset, tmp_path)
     proc = run_mpi(2, args + ["--out", tmp_path / "out.h5"] if "--out" not in args else args)
@@ -86,6 +89,7 @@ def test_bad_input_stops_every_rank_with_status_2(dataset, tmp_path, make_args, 
     assert not list(tmp_path.glob("out.h5*"))           # no result, no temporary file either
 
 
+@pytest.mark.mpi
 def test_bad_row_seen_by_one_rank_only_stops_all(dataset, tmp_path):
     bad = tmp_path / "nan.h5"
     copy_with(dataset, bad, nan_in_last_agent)
@@ -95,6 +99,7 @@ def test_bad_row_seen_by_one_rank_only_stops_all(dataset, tmp_path):
     assert not (tmp_path / "out.h5").exists()
 
 
+@pytest.mark.mpi
 def test_init_file_wrong_shape(dataset, tmp_path):
     np.save(tmp_path / "c.npy", np.zeros((3, 5)))
     proc = run_mpi(2, ["run", dataset, "-k", 3, "--init", f"file:{tmp_path / 'c.npy'}",
@@ -102,6 +107,7 @@ def test_init_file_wrong_shape(dataset, tmp_path):
     assert proc.returncode == 2 and "initial centers have 5 features" in proc.stderr
 
 
+@pytest.mark.mpi
 def test_init_file_shared_by_all_agents(dataset, tmp_path):
     start = np.array([[0.0, 0, 0], [5, 5, 5], [-5, -5, 5]])
     with h5py.File(tmp_path / "init.h5", "w") as f:
@@ -133,6 +139,7 @@ def test_info_on_a_bad_file(tmp_path):
     assert proc.returncode == 2 and "nkmpi: error:" in proc.stderr and "not an HDF5 file" in proc.stderr
 
 
+@pytest.mark.mpi
 def test_simulate_equals_run_and_summary(dataset, tmp_path):
     common = ["-k", 4, "--graph", "ring", "--iters", 25, "--tol", 0, "--monitor-every", 5]
     sim = nkmpi("simulate", dataset, *common, "--out", tmp_path / "sim.h5")
@@ -150,3 +157,80 @@ def test_simulate_equals_run_and_summary(dataset, tmp_path):
         f.attrs["version"] = 2
     summary = nkmpi("summary", tmp_path / "sim.h5")
     assert summary.returncode == 2 and "result version 2 is not supported" in summary.stderr
+
+
+@pytest.fixture(scope="module")
+def run_files(dataset, tmp_path_factory):
+    """The result of a 30-iteration run and its last periodic checkpoint, after iteration 20."""
+    folder = tmp_path_factory.mktemp("status")
+    proc = run_mpi(2, ["run", dataset, "-k", 3, "--iters", 30, "--tol", 0, "--monitor-every", 0,
+                       "--checkpoint-every", 10, "--quiet", "--out", folder / "out.h5",
+                       "--checkpoint", folder / "ck.h5"])
+    assert proc.returncode == 0, proc.stderr
+    return folder / "out.h5", folder / "ck.h5"
+
+
+def edited(source, path, edit):
+    """A copy of `source` at `path`, edited by edit(open HDF5 file)."""
+    shutil.copyfile(source, path)
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    return path
+
+
+def set_attribute(name, value):
+    return lambda f: f.attrs.__setitem__(name, value)
+
+
+def delete_attribute(name):
+    return lambda f: f.attrs.__delitem__(name)
+
+
+@pytest.mark.mpi
+def test_status_says_how_the_run_that_wrote_a_file_ended(run_files, tmp_path):
+    """One line STATE ITERATION and the state's exit status, through the real command line.
+    (A checkpoint written as a signal stops a run: tests/test_robust.py.)"""
+    result, periodic = run_files
+    stopped = edited(periodic, tmp_path / "stopped.h5", set_attribute("interrupted", 1))
+    older = edited(periodic, tmp_path / "older.h5", delete_attribute("interrupted"))
+    for path, line, status in [(stopped, "interrupted 20", 0), (periodic, "periodic 20", 4),
+                               (older, "periodic 20", 4), (result, "finished 30", 5)]:
+        proc = nkmpi("status", path)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (status, line + "\n", ""), path
+
+
+def truncated(path, folder):
+    copy = folder / "truncated.h5"
+    copy.write_bytes(path.read_bytes()[:2000])
+    return copy
+
+
+#: Files `nkmpi status` refuses: how to make each from a run's result and checkpoint, the
+#: dataset and a folder, and what its one error line says.
+NOT_A_RUN_STATE = {
+    "missing": (lambda r, c, d, t: t / "none.h5", "none.h5: no such file"),
+    "a folder": (lambda r, c, d, t: t, "no such file"),
+    "not HDF5": (lambda r, c, d, t: shutil.copyfile(__file__, t / "text.h5"), "not an HDF5 file"),
+    "truncated": (lambda r, c, d, t: truncated(c, t), "cannot read the file"),
+    "a dataset": (lambda r, c, d, t: d, "not an nkmpi checkpoint: its format attribute is 'nkmpi-dataset'"),
+    "a later checkpoint": (lambda r, c, d, t: edited(c, t / "v2.h5", set_attribute("version", 2)),
+                           "checkpoint version 2 is not supported"),
+    "a later result": (lambda r, c, d, t: edited(r, t / "v2.h5", set_attribute("version", 2)),
+                       "result version 2 is not supported"),
+    "a damaged mark": (lambda r, c, d, t: edited(c, t / "mark.h5", set_attribute("interrupted", "yes")),
+                       "its interrupted attribute is 'yes', not 0 or 1"),
+    "no iteration": (lambda r, c, d, t: edited(c, t / "it.h5", delete_attribute("iteration")),
+                     "holds no valid iteration count"),
+    "a result of no iterations": (lambda r, c, d, t: edited(r, t / "its.h5", set_attribute("iterations", 0)),
+                                  "holds no valid iteration count"),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("case", NOT_A_RUN_STATE)
+def test_status_of_a_missing_or_damaged_file_is_bad_input(run_files, dataset, tmp_path, case, capsys):
+    make, message = NOT_A_RUN_STATE[case]
+    path = make(*run_files, dataset, tmp_path)
+    assert main(["status", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("nkmpi: error:") == 1 and message in err, err

@@ -51,6 +51,7 @@ def sorted_rows(points, labels):
     return table[np.lexsort(table.T[::-1])]
 
 
+@pytest.mark.mpi
 def test_convert_npz_round_trip_on_1_and_3_ranks(tmp_path):
     rng = np.random.default_rng(0)
     points, labels = rng.standard_normal((500, 3)), rng.integers(4, size=500)
@@ -169,6 +170,7 @@ def png_size(path):
     return struct.unpack(">II", header[16:24])
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("n_features", [2, 5])
 def test_plots_are_pngs_of_the_expected_size(tmp_path, n_features):
     path = tmp_path / "d.h5"
@@ -415,7 +417,8 @@ def _edit(which, **arrays):
 
 
 @pytest.mark.parametrize("edit,options,words", [
-    (_edit("result", centers=np.zeros((4, 3, 5)), initial_centers=np.zeros((4, 3, 5))), [], ["belong"]),
+    (_edit("result", centers=np.zeros((4, 3, 5)), initial_centers=np.zeros((4, 3, 5)),
+           consensus_centers=np.zeros((3, 5))), [], ["belong"]),
     (_edit("result", assignments=lambda old: old + 7), [], ["assignments"]),        # status 0
     (_edit("data", points=lambda old: old * np.nan), [], ["NaN"]),                  # LinAlgError
     (None, ["--max-points", 0], ["--max-points"]),                             # ZeroDivisionError

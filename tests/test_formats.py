@@ -113,8 +113,10 @@ def test_atomic_file_reports_a_folder_it_cannot_write_as_bad_input(tmp_path):
 
 def test_result_round_trip(tmp_path):
     path, given = tmp_path / "r.h5", state()
-    result.write_result(path, None, assignments=np.arange(10) % 2, **given)
+    consensus = given["centers"].mean(axis=0)
+    result.write_result(path, None, assignments=np.arange(10) % 2, consensus=consensus, **given)
     got = result.read_result(path)
+    np.testing.assert_array_equal(got["consensus_centers"], consensus)
     for name in ("centers", "initial_centers"):
         assert got[name].dtype == np.float64
         np.testing.assert_array_equal(got[name], given[name])
@@ -129,7 +131,7 @@ def test_result_round_trip(tmp_path):
 
 def test_checkpoint_round_trip_one_ranks_share(tmp_path):
     path, given = tmp_path / "ck.h5", state()
-    checkpoint.write_checkpoint(path, None, labels=np.arange(10, dtype=np.int32), **given)
+    checkpoint.write_checkpoint(path, None, labels=np.arange(10, dtype=np.int32), interrupted=False, **given)
     share = checkpoint.read_checkpoint(path, 1, 3, 3, 7)
     np.testing.assert_array_equal(share["centers"], given["centers"][1:3])
     np.testing.assert_array_equal(share["initial_centers"], given["initial_centers"][1:3])
@@ -139,11 +141,39 @@ def test_checkpoint_round_trip_one_ranks_share(tmp_path):
     assert set(share["metrics"]) == set(METRICS)
 
 
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_a_checkpoint_says_whether_a_stop_wrote_it(tmp_path, interrupted):
+    path = tmp_path / "ck.h5"
+    checkpoint.write_checkpoint(path, None, labels=np.zeros(10, dtype=np.int32), interrupted=interrupted,
+                                **state())
+    attrs = checkpoint.read_checkpoint(path, 0, 4, 0, 10)["attrs"]
+    assert attrs["interrupted"] == int(interrupted)
+    assert checkpoint.interrupted(attrs, "ck.h5") is interrupted
+    assert files(tmp_path) == ["ck.h5"]
+
+
+def test_a_checkpoint_without_the_mark_still_resumes_and_is_not_interrupted(tmp_path):
+    """Checkpoints of an nkmpi that did not mark stops stay version 1 and readable."""
+    path = tmp_path / "ck.h5"
+    checkpoint.write_checkpoint(path, None, labels=np.zeros(10, dtype=np.int32), interrupted=True, **state())
+    with h5py.File(path, "r+") as f:
+        del f.attrs["interrupted"]
+    attrs = checkpoint.read_checkpoint(path, 0, 4, 0, 10)["attrs"]
+    assert checkpoint.interrupted(attrs, "ck.h5") is False
+
+
+@pytest.mark.parametrize("value", [2, -1, 0.5, True, "1", b"yes"])
+def test_a_damaged_mark_is_bad_input(value):
+    with pytest.raises(InputError, match="ck.h5: its interrupted attribute is .*not 0 or 1"):
+        checkpoint.interrupted({"interrupted": hdf5.plain(value)}, "ck.h5")
+
+
 def test_a_failing_state_writer_leaves_no_file(tmp_path):
     given = state()
     given["attrs"]["unstorable"] = object()
     with pytest.raises(TypeError):
-        result.write_result(tmp_path / "r.h5", None, assignments=np.zeros(10, dtype=int), **given)
+        result.write_result(tmp_path / "r.h5", None, assignments=np.zeros(10, dtype=int), consensus=np.zeros((2, 2)),
+                            **given)
     assert files(tmp_path) == []
 
 
@@ -153,9 +183,9 @@ def written(kind, path):
         dataset.write_dataset(path, points(), OFFSETS)
         return lambda: dataset.open_dataset(path)
     if kind == "result":
-        result.write_result(path, None, assignments=np.zeros(10, dtype=int), **state())
+        result.write_result(path, None, assignments=np.zeros(10, dtype=int), consensus=np.zeros((2, 2)), **state())
         return lambda: result.read_result(path)
-    checkpoint.write_checkpoint(path, None, labels=np.zeros(10, dtype=np.int32), **state())
+    checkpoint.write_checkpoint(path, None, labels=np.zeros(10, dtype=np.int32), interrupted=False, **state())
     return lambda: checkpoint.read_checkpoint(path, 0, 4, 0, 10)
 
 
@@ -180,7 +210,7 @@ def test_each_format_refuses_another_format(tmp_path, kind):
 
 def test_read_result_refuses_a_damaged_file(tmp_path):
     path = tmp_path / "r.h5"
-    result.write_result(path, None, assignments=np.zeros(10, dtype=int), **state())
+    result.write_result(path, None, assignments=np.zeros(10, dtype=int), consensus=np.zeros((2, 2)), **state())
     with h5py.File(path, "r+") as f:
         del f["metrics/objective"]
     with pytest.raises(InputError, match="do not have the shapes of result v1"):

@@ -1,5 +1,5 @@
-"""Fuzz tests of every entry point: `nkmpi info`, `summary`, `simulate`, `run` (under mpiexec on
-1 and 2 ranks) and the NKMeans estimator, with hypothesis.
+"""Fuzz tests of every entry point: `nkmpi info`, `summary`, `status`, `simulate`, `run` (under
+mpiexec on 1 and 2 ranks) and the NKMeans estimator, with hypothesis.
 
 The oracle is the project's promise (docs/design.md: no hangs, nothing lost, bad input gets one error
 line and status 2), whatever the input:
@@ -7,6 +7,7 @@ line and status 2), whatever the input:
 * status 0 with a valid result (nkmpi.formats.result.read_result reads it; its centers and metrics are
   finite), or status 2 with exactly one line starting `nkmpi: error:` on stderr (one in all
   for 2 ranks), no output file and no traceback; a summary it prints holds no NaN or Inf;
+  `status` answers one of its states with that state's status, or status 2 as above;
 * never a hang (every launch runs under a time limit) nor a runaway allocation (under an
   address-space limit);
 * the inputs' bytes are unchanged, no output replaces an input, and a failed command leaves
@@ -42,11 +43,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import mpi_env, mpiexec, uneven_dataset
+from conftest import mpi_command, mpi_env, uneven_dataset
 from hypothesis import HealthCheck, Phase, assume, given, note, settings
 from hypothesis import strategies as st
 
-from nkmpi.cli import main
+from nkmpi.cli import main, state_status
+from nkmpi.formats import checkpoint
+from nkmpi.formats.hdf5 import new_run_id
 from nkmpi.formats.result import read_result
 
 #: Seconds one serial command (a forked child) may take; they take well under one.
@@ -192,8 +195,7 @@ def nkmpi_process(*argv):
 
 def mpi_run(n_ranks, *argv):
     """`mpiexec -n R python -m nkmpi run ARGV` (oversubscribed on a small machine)."""
-    return launch([mpiexec(), "-n", str(n_ranks), sys.executable, "-m", "nkmpi", "run", *argv],
-                  MPI_SECONDS)
+    return launch(mpi_command(n_ranks, [sys.executable, "-m", "nkmpi", "run", *argv]), MPI_SECONDS)
 
 
 def sha256(path):
@@ -939,6 +941,59 @@ def test_summary_on_malformed_results(base, tmp_path, edits, damage, data_option
     check_summary(base, tmp_path, edits, damage, data_option)
 
 
+@pytest.fixture(scope="module")
+def run_files(base):
+    """The good result, and a checkpoint of its run marked interrupted."""
+    result = read_result(base["result"])
+    attrs = {key: value for key, value in result["attrs"].items()
+             if key not in ("format", "version", "nkmpi_version")}
+    path = base["result"].with_name("data.checkpoint.h5")
+    checkpoint.write_checkpoint(path, None, run_id=new_run_id(), n_agents=len(result["centers"]),
+                                n_points=N_POINTS, agent_start=0, centers=result["centers"],
+                                initial_centers=result["initial_centers"], row_start=0,
+                                labels=result["assignments"].astype(np.int32), metrics=result["metrics"],
+                                attrs=dict(attrs, iteration=3, rho_stage=0), interrupted=True)
+    return {"result": base["result"], "checkpoint": path}
+
+
+STATE_ATTRIBUTES = ["format", "version", "iteration", "iterations", "interrupted"]
+#: Every attribute `status` reads, of each file, removed or of every special value.
+STATUS_CORE_CASES = [(kind, (("attr", name, value),)) for kind in ("checkpoint", "result")
+                     for name in STATE_ATTRIBUTES for value in ATTRIBUTE_SPECIALS]
+
+
+def check_status(run_files, tmp_path, kind, edits, damage):
+    folder = fresh_folder(tmp_path)
+    path = edited_copy(run_files[kind].read_bytes(), folder / f"{kind}.h5", list(edits), damage)
+    inputs = Inputs(path)
+    outcome = cli("status", path)
+    if outcome.status in state_status().values():
+        context = f"{(kind, edits, damage)}\n{outcome.describe()}"
+        state, _, iteration = outcome.stdout.partition(" ")
+        assert state_status().get(state) == outcome.status and iteration.strip().isdigit(), context
+        assert int(iteration) >= 1 and outcome.stdout.count("\n") == 1 and not outcome.stderr, context
+        inputs.check_unchanged(context)
+    else:
+        check_outcome(outcome, (kind, edits, damage), inputs, folders=[folder])
+
+
+@settings(max_examples=len(STATUS_CORE_CASES), **SETTINGS)
+@given(case=st.sampled_from(STATUS_CORE_CASES))
+def test_status_on_each_kind_of_malformed_file(run_files, tmp_path, case):
+    check_status(run_files, tmp_path, *case, None)
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(kind=st.sampled_from(["checkpoint", "result"]),
+       edits=st.lists(st.tuples(st.just("attr"), st.sampled_from(STATE_ATTRIBUTES), attribute_values()),
+                      max_size=3),
+       damage=st.one_of(st.none(), byte_damage()))
+def test_status_on_malformed_files(run_files, tmp_path, kind, edits, damage):
+    """`status` on a checkpoint or result whose attributes are of any type, or whose bytes are
+    damaged: one of its answers, or one error line and status 2."""
+    check_status(run_files, tmp_path, kind, edits, damage)
+
+
 # ---------------------------------------------------------------------------------------------
 # The real command line, as a process.
 
@@ -1038,6 +1093,7 @@ def check_run(base, tmp_path, case, n_ranks):
     check_outcome(outcome, (case, n_ranks, ["run", *map(str, argv)]), inputs, out, folders=[folder])
 
 
+@pytest.mark.mpi
 @settings(max_examples=len(MPI_CORE_CASES), **SETTINGS)
 @given(case=st.sampled_from(MPI_CORE_CASES))
 def test_run_under_mpiexec_each_kind_of_bad_input(base, tmp_path, case):
@@ -1045,6 +1101,7 @@ def test_run_under_mpiexec_each_kind_of_bad_input(base, tmp_path, case):
     check_run(base, tmp_path, *case)
 
 
+@pytest.mark.mpi
 @settings(max_examples=10, **SETTINGS)
 @given(case=run_cases(), n_ranks=st.sampled_from([1, 2]))
 def test_run_under_mpiexec(base, tmp_path, case, n_ranks):

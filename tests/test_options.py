@@ -85,7 +85,7 @@ def test_result_attributes_hold_every_stored_option():
 @pytest.mark.parametrize("key", resume_keys())
 def test_a_checkpoint_made_with_another_value_of_any_resume_key_is_refused(key):
     options = Options(n_clusters=2, rho=1.0).resolve(10, 2)
-    attrs = dict(options.as_attrs("ring"), n_agents=2, n_points=10, n_features=3)
+    attrs = dict(options.as_attrs("ring"), n_agents=2, n_points=10, n_features=3, weighted=False)
     saved = dict(attrs, iteration=5, rho_stage=0)
     checkpoint = {"attrs": saved, "centers": np.zeros((1, 2, 3))}
     check_resumable("c.h5", checkpoint, options, attrs)

@@ -1,6 +1,8 @@
 """Every job script in jobs/ under a real (one-node) SLURM: a run, a scaling study, a run
-stopped before its time limit that checkpoints, requeues itself and resumes, and a run stopped
-while it starts, which requeues itself and starts afresh.
+stopped before its time limit that checkpoints, requeues itself and resumes, a run stopped
+while it starts, which requeues itself and starts afresh, and the requeue decision under each
+launcher: from the checkpoint the run wrote, even when the launcher reports status 1 as Open
+MPI's mpiexec does after TERM, and never for a run that failed.
 
 No test races the clock: the tests send the stop signals themselves, on events (a checkpoint
 file, a line of the job's log, the job's restart count), and every wait has a generous timeout,
@@ -11,9 +13,11 @@ They need a running SLURM: CI starts one (.ci/slurm-up) and runs them; elsewhere
 """
 
 import csv
+import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mpi_env, mpiexec, run_mpi
+from conftest import mpi_command, mpi_env, mpiexec, run_mpi
 from data_tools.generate import generate
+from nkmpi.app import INTERRUPTED, run_state
 from nkmpi.formats.result import read_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +55,7 @@ def submit(script, folder, env, *options):
     """sbatch SCRIPT from `folder` with NKMPI_* variables; returns the job id."""
     assert slurm_up(), "SLURM is not running: start it with .ci/slurm-up"
     proc = subprocess.run(["sbatch", "--parsable", *options, str(script)], cwd=folder, capture_output=True,
-                          text=True, env=dict(os.environ, NKMPI_VENV=str(VENV), **env), check=True)
+                          text=True, env={**os.environ, "NKMPI_VENV": str(VENV), **env}, check=True)
     return proc.stdout.strip().split(";")[0]
 
 
@@ -167,8 +172,8 @@ def test_time_limit_checkpoint_requeue_and_resume(tmp_path, data):
                               capture_output=True, text=True, check=False)
         assert lift.returncode == 0, lift.stderr
         # The uninterrupted run, while the requeued job waits to start again.
-        direct = subprocess.Popen([mpiexec(), "-n", "2", sys.executable, "-m", "nkmpi", "run", str(data),
-                                   "-k", "4", *args, "--quiet", "--out", str(tmp_path / "direct.h5")],
+        direct = subprocess.Popen(mpi_command(2, [sys.executable, "-m", "nkmpi", "run", str(data), "-k", "4",
+                                                  *args, "--quiet", "--out", str(tmp_path / "direct.h5")]),
                                   env=mpi_env())
         wait_until(lambda: finished(job), 3000, f"the result of job {job}")
         assert direct.wait(timeout=3000) == 0
@@ -254,3 +259,124 @@ def test_stop_during_start_up_requeues_and_starts_afresh(tmp_path, slow_start, n
     result = read_result(out)
     np.testing.assert_array_equal(result["centers"], expected["centers"])
     np.testing.assert_array_equal(result["assignments"], expected["assignments"])
+
+
+#: Launchers the job script may use: srun, the environment's mpiexec, and a stand-in for Open MPI's
+#: mpiexec, which exits with status 1 when it gets TERM, whatever the ranks did.
+LAUNCHERS = ["srun", "mpiexec", "mpiexec exiting 1"]
+#: The stand-in: the real mpiexec, USR1 and TERM passed on to it, any failure reported as status 1.
+EXITING_1 = """#!/bin/bash
+child=""
+trap '[ -n "$child" ] && kill -USR1 "$child"' USR1
+trap '[ -n "$child" ] && kill -TERM "$child"' TERM
+"{mpiexec}" "$@" &
+child=$!
+while kill -0 "$child" 2>/dev/null; do
+    wait "$child"
+done
+wait "$child" || exit 1
+"""
+
+
+def launcher_env(launcher, folder):
+    """The job's variables for `launcher`; the stand-in comes first on PATH through an environment
+    to activate that activates this one, then puts the stand-in's folder before it."""
+    if launcher != "mpiexec exiting 1":
+        return {"NKMPI_LAUNCHER": launcher}
+    wrapper = folder / "wrapper"
+    (wrapper / "bin").mkdir(parents=True)
+    stand_in = wrapper / "bin" / "mpiexec"
+    stand_in.write_text(EXITING_1.format(mpiexec=VENV / "bin" / "mpiexec"))
+    stand_in.chmod(0o755)
+    (wrapper / "bin" / "activate").write_text(f"source {VENV}/bin/activate\nPATH={wrapper}/bin:$PATH\n")
+    return {"NKMPI_LAUNCHER": "mpiexec", "NKMPI_VENV": str(wrapper)}
+
+
+def reported_status(launcher):
+    """The status the launcher reports for a run that stopped on request (nkmpi's 3)."""
+    return 1 if launcher == "mpiexec exiting 1" else 3
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_requeue_decided_from_the_checkpoint_whatever_the_launcher_reports(tmp_path, data, launcher):
+    """A stop after the run's first checkpoint (signalled on that event, as the test above does):
+    the ranks write the checkpoint marked interrupted, and the script requeues the job from what
+    `nkmpi status` reads there, also when the launcher reports status 1.  The requeued attempt
+    is not waited for (the test above resumes one to the end)."""
+    args = ["--rho", "50", "--iters", str(LONG_ITERATIONS), "--monitor-every", "0",
+            "--checkpoint-every", str(CHECKPOINT_EVERY)]
+    out, checkpoint = tmp_path / "long.h5", tmp_path / "long.checkpoint.h5"
+    job = submit(JOBS / "nkmeans.sbatch", tmp_path, {"NKMPI_DATA": str(data), "NKMPI_K": "4", "NKMPI_OUT": str(out),
+                                                     "NKMPI_ARGS": " ".join(args), **launcher_env(launcher, tmp_path)},
+                 "--ntasks=2", "--time=30")
+    try:
+        wait_until(lambda: checkpoint.exists() or finished(job), 1200,
+                   f"the first checkpoint of job {job}", interval=0.1)
+        sent = signal_batch(job, "USR1")
+        wait_until(lambda: restarts(job) > 0 or finished(job), 1200, f"job {job} to requeue itself")
+        log = job_log(tmp_path, job)
+        assert restarts(job) > 0, f"{sent.stderr}\n{log}"
+    finally:
+        subprocess.run(["scancel", job], check=False)
+    assert "nkmpi: stopped by a signal; resume with --resume" in log, log
+    decision = re.search(rf"nkmeans.sbatch: the run stopped on request after iteration (\d+) "
+                         rf"\(status {reported_status(launcher)}\); requeueing job {job}, which resumes "
+                         rf"from the checkpoint {re.escape(str(checkpoint))}", log)
+    assert decision and int(decision[1]) > CHECKPOINT_EVERY, log
+
+
+@pytest.fixture(scope="module")
+def interrupted_checkpoint(tmp_path_factory):
+    """A dataset, and the checkpoint of a run on it stopped by a signal (outside SLURM) after its
+    first periodic checkpoint, with the run's options."""
+    folder = tmp_path_factory.mktemp("interrupted")
+    data = folder / "data.h5"
+    generate(data, 4000, 4, 3, 12, "by-cluster:2", seed=2)
+    args = ["--rho", "50", "--iters", str(LONG_ITERATIONS), "--monitor-every", "0", "--checkpoint-every", "1000"]
+    command = [mpiexec(), "-n", "2", sys.executable, "-m", "nkmpi", "run", str(data), "-k", "4", *args,
+               "--out", str(folder / "run.h5")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    try:
+        while "checkpoint after iteration" not in proc.stdout.readline():      # iterating
+            assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGUSR1)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    checkpoint = folder / "run.checkpoint.h5"
+    assert proc.returncode == 3 and run_state(checkpoint)[0] == INTERRUPTED, stderr
+    return data, checkpoint, args
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_no_requeue_for_a_run_that_fails_beside_an_interrupted_checkpoint(tmp_path, interrupted_checkpoint,
+                                                                           launcher):
+    """A job resumes from a checkpoint marked interrupted (a previous attempt's) and fails: here,
+    bad input (the settings differ from the checkpoint's), status 2, or 1 from the stand-in.  The
+    checkpoint still says interrupted, but not this attempt's: the script does not requeue."""
+    data, original, args = interrupted_checkpoint
+    checkpoint = tmp_path / "ck.h5"
+    checkpoint.write_bytes(original.read_bytes())
+    before = digest(checkpoint)
+    job = submit(JOBS / "nkmeans.sbatch", tmp_path,
+                 {"NKMPI_DATA": str(data), "NKMPI_K": "4", "NKMPI_OUT": str(tmp_path / "out.h5"),
+                  "NKMPI_CHECKPOINT": str(checkpoint), "NKMPI_ARGS": " ".join(args + ["--alpha", "0.9"]),
+                  **launcher_env(launcher, tmp_path)}, "--ntasks=2", "--time=10")
+    try:
+        wait_until(lambda: finished(job) or restarts(job) > 0, 600, f"the end of job {job}")
+    finally:
+        subprocess.run(["scancel", job], check=False)
+    log = job_log(tmp_path, job)
+    status = 1 if launcher == "mpiexec exiting 1" else 2
+    assert "the checkpoint was made with other settings" in log, log
+    assert (f"nkmeans.sbatch: the run ended with status {status}, without a result or a stop on request: "
+            "not requeued") in log, log
+    assert restarts(job) == 0 and job_info(job).get("JobState") == "FAILED", log
+    assert digest(checkpoint) == before and not (tmp_path / "out.h5").exists()

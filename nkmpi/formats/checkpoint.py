@@ -4,7 +4,10 @@ own slice) every --checkpoint-every iterations and when stopped by a signal, rea
 
 The layout is a result's (`nkmpi.formats.result`), with the labels of the last
 assignment pass in place of the assignments, and the fingerprints of the data it was
-made for among its attributes: a resumed run must go on with the same problem.
+made for among its attributes: a resumed run must go on with the same problem.  Its
+`interrupted` attribute tells a checkpoint written because a stop request ended the run
+from one written while the run went on, so that a job script can decide to requeue from
+the file, whatever status the launcher reported (`nkmpi status`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ import hashlib
 import os
 from typing import TYPE_CHECKING, Iterable
 
-import h5py
 import numpy as np
 
 from ..errors import InputError
-from .hdf5 import CENTERS, INITIAL_CENTERS, check_header, plain, read_metrics, reading, write_state
+from .hdf5 import CENTERS, INITIAL_CENTERS, opened, plain, read_metrics, write_state
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 
 FORMAT, VERSION = "nkmpi-checkpoint", 1
 LABELS = "labels"
+#: 1 in a checkpoint written because a stop request ended the run, 0 in one written while it
+#: went on.  Added within version 1: a checkpoint of an nkmpi that did not record it reads as 0.
+INTERRUPTED = "interrupted"
 #: The parts of a run's input that a checkpoint's fingerprint covers, as named to the user.
 FINGERPRINTS = {"fingerprint_points": "the points", "fingerprint_offsets": "the agents' rows (offsets)",
                 "fingerprint_graph": "the graph's edges"}
@@ -33,26 +38,25 @@ FINGERPRINTS = {"fingerprint_points": "the points", "fingerprint_offsets": "the 
 
 def write_checkpoint(path: str | os.PathLike, comm: MPI.Comm | None, *, run_id: str, n_agents: int,
                      n_points: int, agent_start: int, centers: np.ndarray, initial_centers: np.ndarray,
-                     row_start: int, labels: np.ndarray, metrics: dict, attrs: dict) -> None:
+                     row_start: int, labels: np.ndarray, metrics: dict, attrs: dict,
+                     interrupted: bool) -> None:
     """A checkpoint: centers x(t) after attrs['iteration'] = t iterations and the labels
     of the last assignment pass, which the next pass counts its changes against;
+    interrupted: written because a stop request ends the run (not while it goes on),
+    recorded in the same file, so that it appears with the checkpoint or not at all;
     collective over `comm` as `write_state`."""
     write_state(path, comm, run_id, file_format=FORMAT, version=VERSION, rows_name=LABELS,
                 rows_dtype=np.int32, n_agents=n_agents, n_points=n_points, agent_start=agent_start,
                 centers=centers, initial_centers=initial_centers, row_start=row_start, rows=labels,
-                metrics=metrics, attrs=attrs)
+                metrics=metrics, attrs=dict(attrs, **{INTERRUPTED: int(interrupted)}))
 
 
 def read_checkpoint(path: str | os.PathLike, first_agent: int, stop_agent: int, row_start: int,
                     row_stop: int) -> dict:
     """One rank's share of a checkpoint: its agents' centers, their initial centers,
     its rows' labels, and (small, for every rank) the metrics and attributes."""
-    path = os.fspath(path)
-    where = f"--resume {path}"
-    if not os.path.isfile(path):
-        raise InputError(f"{where}: no such file")
-    with reading(f"{where}: cannot read the checkpoint"), h5py.File(path, "r") as f:
-        check_header(f, where, FORMAT, VERSION, "checkpoint")
+    where = f"--resume {os.fspath(path)}"
+    with opened(path, {FORMAT: (VERSION, "checkpoint")}, where) as f:
         state = {"centers": f[CENTERS][first_agent:stop_agent],
                  "initial_centers": f[INITIAL_CENTERS][first_agent:stop_agent],
                  "labels": f[LABELS][row_start:row_stop],
@@ -65,6 +69,14 @@ def read_checkpoint(path: str | os.PathLike, first_agent: int, stop_agent: int, 
         raise InputError(f"{where}: the checkpoint's arrays do not have the shapes its "
                          "data needs (a damaged or foreign file)")
     return state
+
+
+def interrupted(attrs: dict, where: str) -> bool:
+    """Whether a checkpoint's attributes (plain values) say that a stop request ended its run."""
+    value = attrs.get(INTERRUPTED, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+        raise InputError(f"{where}: its {INTERRUPTED} attribute is {value!r}, not 0 or 1 (a damaged file)")
+    return bool(value)
 
 
 def block_fingerprint(rows: np.ndarray, offsets: np.ndarray, agents: Iterable[int]) -> int:

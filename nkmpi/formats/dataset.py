@@ -1,5 +1,6 @@
 """Dataset v1: the points a run clusters, grouped by agent, with the agents' offsets and
-optionally ground-truth labels and the agents' graph (docs/formats.md gives the schema).
+optionally ground-truth labels, row weights and the agents' graph (docs/formats.md gives
+the schema).
 
 The data tools (and tests, and benchmarks) write it through `write_dataset` or, in pieces
 for data larger than memory, `write_dataset_rows`; every file is checked by this
@@ -41,6 +42,7 @@ class DatasetInfo:
     offsets: np.ndarray
     has_labels: bool
     edges: object        # (E, 2) int64 array, or None when the file has no graph
+    has_weights: bool = False
 
     @property
     def n_agents(self) -> int:
@@ -98,6 +100,12 @@ def _read_metadata(path, f):
         labels = f[LABELS]
         if not isinstance(labels, h5py.Dataset) or labels.shape != (n_points,) or labels.dtype.kind not in "iu":
             _fail(path, f"{LABELS!r} must be an integer array of shape ({n_points},)")
+    has_weights = WEIGHTS in f
+    if has_weights:
+        weights = f[WEIGHTS]
+        if not isinstance(weights, h5py.Dataset) or weights.shape != (n_points,) \
+                or weights.dtype not in (np.float32, np.float64):
+            _fail(path, f"{WEIGHTS!r} must be a float32 or float64 array of shape ({n_points},)")
     edges = None
     if GRAPH in f and not isinstance(f[GRAPH], h5py.Group):
         _fail(path, f"{GRAPH!r} must be a group (holding 'edges')")
@@ -113,7 +121,7 @@ def _read_metadata(path, f):
             a, b = edges[outside[0]]
             _fail(path, f"{EDGES!r} row {outside[0]} is ({a}, {b}): agent ids must be 0..{n_agents - 1}")
     _check_virtual_sources(path, f)
-    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges)
+    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges, has_weights)
 
 
 def _check_virtual_sources(path, f):
@@ -211,11 +219,38 @@ def check_rows(rows: np.ndarray, where: str, first_row: int = 0, offsets: np.nda
 def read_rows(info: DatasetInfo, first_agent: int, stop_agent: int, step: int = 1) -> np.ndarray:
     """The points of agents first_agent..stop_agent-1 (every step-th row, for a
     thinned view), checked (`check_rows`)."""
-    start, stop = int(info.offsets[first_agent]), int(info.offsets[stop_agent])
+    return read_row_range(info, int(info.offsets[first_agent]), int(info.offsets[stop_agent]), step)
+
+
+def read_row_range(info: DatasetInfo, start: int, stop: int, step: int = 1) -> np.ndarray:
+    """Rows start..stop-1 of the points, whatever agents they belong to (every step-th),
+    checked (`check_rows`)."""
     with reading(f"{info.path}: cannot read rows {start}..{stop}"), h5py.File(info.path, "r") as f:
         rows = f[POINTS][start:stop:step]
     check_rows(rows, info.path, start, info.offsets, step)
     return rows
+
+
+def check_weights(weights: np.ndarray, where: str, first_row: int = 0, offsets: np.ndarray | None = None) -> None:
+    """Fail on a weight that is negative, NaN or infinite, naming its row (and agent)."""
+    bad = np.flatnonzero(~((weights >= 0) & np.isfinite(weights)))
+    if bad.size:
+        row = first_row + int(bad[0])
+        agent = "" if offsets is None else f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
+        raise InputError(f"{where}: weights row {row}{agent} is {weights[bad[0]]!r}: weights must be finite "
+                         "and non-negative")
+
+
+def read_weights(info: DatasetInfo, first_agent: int, stop_agent: int) -> np.ndarray | None:
+    """The row weights (float64) of agents first_agent..stop_agent-1, checked; None when
+    the file has none (every row weighs 1)."""
+    if not info.has_weights:
+        return None
+    start, stop = int(info.offsets[first_agent]), int(info.offsets[stop_agent])
+    with reading(f"{info.path}: cannot read weights {start}..{stop}"), h5py.File(info.path, "r") as f:
+        weights = f[WEIGHTS][start:stop].astype(np.float64)
+    check_weights(weights, info.path, start, info.offsets)
+    return weights
 
 
 def read_labels(info: DatasetInfo, first_agent: int, stop_agent: int) -> np.ndarray | None:
@@ -233,25 +268,35 @@ def read_all(path: str | os.PathLike) -> tuple[DatasetInfo, np.ndarray]:
 
 
 def write_dataset(path: str | os.PathLike, points: np.ndarray, agent_offsets: np.ndarray,
-                  labels: np.ndarray | None = None, edges: np.ndarray | None = None) -> None:
+                  labels: np.ndarray | None = None, edges: np.ndarray | None = None,
+                  weights: np.ndarray | None = None) -> None:
     """Write a dataset v1 file whole (`write_dataset_rows` with all rows at once).
 
     points (N, p) float32/float64 grouped by agent; agent_offsets (M+1,);
-    labels (N,) optional ground truth; edges (E, 2) optional agent graph.
+    labels (N,) optional ground truth; edges (E, 2) optional agent graph;
+    weights (N,) optional row weights.
     """
     points = np.asarray(points)
     write_dataset_rows(path, points.shape, points.dtype, agent_offsets, [(0, points, labels)],
-                       has_labels=labels is not None, edges=edges)
+                       has_labels=labels is not None, edges=edges, weights=weights)
 
 
 def write_dataset_rows(path: str | os.PathLike, shape: tuple, dtype: DTypeLike, agent_offsets: np.ndarray,
-                       blocks: Iterable[tuple], has_labels: bool = False, edges: np.ndarray | None = None) -> None:
+                       blocks: Iterable[tuple], has_labels: bool = False, edges: np.ndarray | None = None,
+                       weights: np.ndarray | None = None) -> None:
     """Write a dataset v1 file of `shape` (N, p) points in pieces, for data larger than memory.
 
     blocks yields (first_row, points, labels) with rows first_row.. of the file, labels
-    None unless has_labels.  The file is written whole (`atomic_file`): `open_dataset`
-    checks it before it takes its name, so a file nkmpi would refuse never does.
+    None unless has_labels; weights, when given, are all N rows' weights (float64).  The
+    file is written whole (`atomic_file`): `open_dataset` checks it before it takes its
+    name, so a file nkmpi would refuse never does.
     """
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != tuple(shape[:1]):
+            raise InputError(f"{path}: {WEIGHTS!r} must hold one weight per point: got shape {weights.shape} "
+                             f"for {shape[0]} points")
+        check_weights(weights, os.fspath(path))
     with atomic_file(path) as temporary:
         with h5py.File(temporary, "w") as f:
             write_header(f, FORMAT, VERSION)
@@ -260,6 +305,8 @@ def write_dataset_rows(path: str | os.PathLike, shape: tuple, dtype: DTypeLike, 
             f[AGENT_OFFSETS] = np.asarray(agent_offsets, dtype=np.int64)
             if edges is not None:
                 f[EDGES] = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+            if weights is not None:
+                f[WEIGHTS] = weights
             for first_row, points, labels in blocks:
                 points_ds[first_row:first_row + len(points)] = points
                 if has_labels:

@@ -1,11 +1,11 @@
-"""What nkmpi's HDF5 formats share: the header that says what a file is, run ids and
-temporary names, the checks an output passes before any work, and the two ways a
-file is written whole.
+"""What nkmpi's HDF5 formats share: the header that says what a file is (and reading a
+file's attributes alone), run ids and temporary names, the checks an output passes before
+any work, and the two ways a file is written whole.
 
 A file is written under a temporary name of its own run, in its folder, and renamed
 once complete, so that the final name never shows a partial file: `atomic_file` for
-one process (datasets, the data tools' pictures), `write_state` for the ranks of a run
-writing their own slices of a result or checkpoint in turn.
+one process (datasets, the data tools' pictures), `write_slices` for ranks writing their
+own slices in turn (results and checkpoints through `write_state`, predicted labels).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 import os
 import secrets
 import socket
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import h5py
 import numpy as np
@@ -78,6 +78,34 @@ def reading(where: str, errors: tuple = READ_ERRORS) -> Iterator[None]:
         raise
     except errors as exc:
         raise InputError(f"{where}: {exc}") from None
+
+
+@contextlib.contextmanager
+def opened(path: str | os.PathLike, formats: dict, where: str | None = None) -> Iterator[h5py.File]:
+    """The nkmpi file at `path`, open for reading, refused unless it exists, is HDF5 and is
+    one of `formats` ({format: (version, what)}; another is refused as not the first of
+    them).  `where` starts the messages (default: the path); h5py's errors while the body
+    reads become InputErrors."""
+    path = os.fspath(path)
+    where = where or path
+    if not os.path.isfile(path):
+        raise InputError(f"{where}: no such file")
+    what = next(iter(formats.values()))[1] if len(formats) == 1 else "file"
+    with reading(f"{where}: cannot read the {what}"):
+        if not h5py.is_hdf5(path):
+            raise InputError(f"{where}: not an HDF5 file")
+        with h5py.File(path, "r") as f:
+            found = plain(f.attrs.get("format"))
+            expected = found if isinstance(found, str) and found in formats else next(iter(formats))
+            check_header(f, where, expected, *formats[expected])
+            yield f
+
+
+def read_attributes(path: str | os.PathLike, formats: dict) -> dict:
+    """The root attributes, as plain values, of the nkmpi file at `path`, one of `formats`
+    (as `opened`); its arrays are not read: for the questions its attributes answer."""
+    with opened(path, formats) as f:
+        return {key: plain(value) for key, value in f.attrs.items()}
 
 
 def new_run_id() -> str:
@@ -169,42 +197,33 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def write_state(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, file_format: str,
-                version: int, rows_name: str, rows_dtype: DTypeLike, n_agents: int, n_points: int,
-                agent_start: int, centers: np.ndarray, initial_centers: np.ndarray, row_start: int,
-                rows: np.ndarray, metrics: dict, attrs: dict) -> None:
-    """Write a result or checkpoint whole; collective over `comm` (None: one process).
+def write_slices(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, file_format: str,
+                 version: int, attrs: dict, lay_out: Callable[[h5py.File], None],
+                 write_own: Callable[[h5py.File], None]) -> None:
+    """Write a file of which each rank holds a slice; collective over `comm` (None: one process).
 
     No rank holds all N rows' values, so none can write the file alone: rank 0 lays it
-    out under the run's temporary name (every dataset sized, attributes and metrics
-    set), the ranks write their own slices (agents from agent_start, rows from
-    row_start) in rank order, a token passed rank to rank keeping one writer at a time
-    as a serial HDF5 build requires, and rank 0 renames the file once all wrote.  A
-    rank that fails removes the temporary file: nothing half-written stays.
+    out under the run's temporary name (header, `attrs`, then `lay_out(f)` sizes every
+    dataset), the ranks write their own slices (`write_own(f)`) in rank order, a token
+    passed rank to rank keeping one writer at a time as a serial HDF5 build requires,
+    and rank 0 renames the file once all wrote.  A rank that fails removes the
+    temporary file: nothing half-written stays.
     """
     rank = 0 if comm is None else comm.Get_rank()
     size = 1 if comm is None else comm.Get_size()
     temporary = partial_name(path, run_id)
     with removed_on_failure(temporary):
         if rank == 0:
-            _, n_clusters, n_features = centers.shape
             with h5py.File(temporary, "w") as f:
                 write_header(f, file_format, version)
                 f.attrs["nkmpi_version"] = __version__
                 for key, value in attrs.items():
                     f.attrs[key] = value
-                for name in (CENTERS, INITIAL_CENTERS):
-                    f.create_dataset(name, (n_agents, n_clusters, n_features), dtype=np.float64)
-                f.create_dataset(rows_name, (n_points,), dtype=rows_dtype)
-                group = f.create_group(METRICS_GROUP)
-                for name, series in metrics.items():
-                    group.create_dataset(name, data=series)
+                lay_out(f)
         if rank > 0:
             comm.recv(source=rank - 1, tag=7)
         with h5py.File(temporary, "r+") as f:
-            f[CENTERS][agent_start:agent_start + len(centers)] = centers
-            f[INITIAL_CENTERS][agent_start:agent_start + len(centers)] = initial_centers
-            f[rows_name][row_start:row_start + len(rows)] = rows
+            write_own(f)
         if rank < size - 1:
             comm.send(True, dest=rank + 1, tag=7)
         elif size > 1:
@@ -215,6 +234,34 @@ def write_state(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, 
             os.replace(temporary, path)
     if comm is not None:
         comm.Barrier()
+
+
+def write_state(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, file_format: str,
+                version: int, rows_name: str, rows_dtype: DTypeLike, n_agents: int, n_points: int,
+                agent_start: int, centers: np.ndarray, initial_centers: np.ndarray, row_start: int,
+                rows: np.ndarray, metrics: dict, attrs: dict, extras: dict | None = None) -> None:
+    """Write a result or checkpoint whole (`write_slices`): each rank its agents' centers
+    from agent_start on and its rows from row_start on.  `extras`: {name: array} datasets
+    every rank holds whole, which rank 0 writes."""
+    _, n_clusters, n_features = centers.shape
+
+    def lay_out(f):
+        for name in (CENTERS, INITIAL_CENTERS):
+            f.create_dataset(name, (n_agents, n_clusters, n_features), dtype=np.float64)
+        f.create_dataset(rows_name, (n_points,), dtype=rows_dtype)
+        group = f.create_group(METRICS_GROUP)
+        for name, series in metrics.items():
+            group.create_dataset(name, data=series)
+        for name, array in (extras or {}).items():
+            f.create_dataset(name, data=array)
+
+    def write_own(f):
+        f[CENTERS][agent_start:agent_start + len(centers)] = centers
+        f[INITIAL_CENTERS][agent_start:agent_start + len(centers)] = initial_centers
+        f[rows_name][row_start:row_start + len(rows)] = rows
+
+    write_slices(path, comm, run_id, file_format=file_format, version=version, attrs=attrs, lay_out=lay_out,
+                 write_own=write_own)
 
 
 def read_metrics(f: h5py.File) -> dict:

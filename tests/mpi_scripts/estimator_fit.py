@@ -14,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nkmpi import NKMeans, Stopped
+from nkmpi.app import INTERRUPTED, PERIODIC, run_state
 from nkmpi.graph import Network
 from nkmpi.local_pass import LocalPass
 from nkmpi.options import Options
@@ -79,6 +80,7 @@ common = dict(n_clusters=3, rho=4.0, alpha=0.8, tol=0.0, random_state=5, monitor
 whole = NKMeans(max_iter=50, **common).fit(block_rows, block_offsets, block)
 checkpoint = os.path.join(folder, "fit.checkpoint.h5")
 NKMeans(max_iter=30, checkpoint=checkpoint, checkpoint_every=20, **common).fit(block_rows, block_offsets, block)
+assert run_state(checkpoint) == (PERIODIC, 20)
 resumed = NKMeans(max_iter=50, resume=checkpoint, **common).fit(block_rows, block_offsets, block)
 assert resumed.cluster_centers_.tobytes() == whole.cluster_centers_.tobytes()
 assert np.array_equal(resumed.labels_, whole.labels_) and resumed.n_iter_ == 50
@@ -107,6 +109,7 @@ try:
     raise AssertionError("a stop signal did not stop the fit")
 except Stopped as exc:
     assert "written" in str(exc), exc
+assert run_state(stopped)[0] == INTERRUPTED
 LocalPass.run = original_run
 assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
 resumed = NKMeans(max_iter=50, resume=stopped, **common).fit(block_rows, block_offsets, block)
