@@ -288,7 +288,9 @@ def launcher_env(launcher, folder):
     stand_in = wrapper / "bin" / "mpiexec"
     stand_in.write_text(EXITING_1.format(mpiexec=VENV / "bin" / "mpiexec"))
     stand_in.chmod(0o755)
-    (wrapper / "bin" / "activate").write_text(f"source {VENV}/bin/activate\nPATH={wrapper}/bin:$PATH\n")
+    # The job script launches through nkmpi.launch, which takes $NKMPI_MPIEXEC before the venv's.
+    (wrapper / "bin" / "activate").write_text(f"source {VENV}/bin/activate\nPATH={wrapper}/bin:$PATH\n"
+                                              f"export NKMPI_MPIEXEC={stand_in}\n")
     return {"NKMPI_LAUNCHER": "mpiexec", "NKMPI_VENV": str(wrapper)}
 
 
