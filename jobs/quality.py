@@ -43,11 +43,24 @@ from nkmpi.launch import BIN, launch_command, mpi_env  # noqa: E402
 
 #: Extra `nkmpi run` options nkmpi recommends where quality matters more than time:
 #: agents tied four times tighter than the default, and time to settle.
-RECOMMENDED = ["--coupling", "20", "--iters", "5000"]
-#: Configuration name -> extra `nkmpi run` options.
+RECOMMENDED_COUPLING = 20
+RECOMMENDED = ["--coupling", str(RECOMMENDED_COUPLING), "--iters", "5000"]
+
+
+def scheduled(n_points, n_agents):
+    """The recommended coupling reached in tens of passes: rho rises to it from a thousandth
+    of its value in factors of 100 (--rho-schedule), with 1,000 center updates a pass at the
+    full step (--alpha 1).  Each update is a neighbour exchange, so on many ranks the
+    passes are fewer but dearer (docs/usage.md#fewer-passes-over-the-data)."""
+    rho = RECOMMENDED_COUPLING * n_points / n_agents
+    return [*RECOMMENDED, "--alpha", "1", "--inner", "1000", "--rho-schedule", f"{rho / 1000:g}:100"]
+
+
+#: Configuration name -> extra `nkmpi run` options, or a function of (points, agents) giving them.
 CONFIGS = {
     "default": [],
     "recommended": RECOMMENDED,
+    "scheduled": scheduled,
     "lloyd": ["--algorithm", "lloyd"],       # exact distributed Lloyd from the default seeding
     "flood": ["--init", "flood"],            # one agent's k-means++ spread over the graph
 }
@@ -203,8 +216,8 @@ def benchmark(runner, datasets, configs):
         info, points = read_all(path)
         best = optimum(points, dataset.k)
         for config in configs:
-            result = runner.run(f"{dataset.name}-{config}", path,
-                                ["-k", dataset.k, "--graph", dataset.graph, *CONFIGS[config]])
+            options = CONFIGS[config](info.n_points, info.n_agents) if callable(CONFIGS[config]) else CONFIGS[config]
+            result = runner.run(f"{dataset.name}-{config}", path, ["-k", dataset.k, "--graph", dataset.graph, *options])
             if isinstance(result, str):
                 failures.append((dataset.name, config, result))
                 print(f"{dataset.name:<28} {config:<12} run failed: {result.splitlines()[-1]}", flush=True)
@@ -212,7 +225,7 @@ def benchmark(runner, datasets, configs):
             rows.append({"dataset": dataset.name, "config": config, **measure(result, points, best),
                          "kind": dataset.kind, "agents": info.n_agents, "points": info.n_points,
                          "features": info.n_features, "k": dataset.k, "graph": dataset.graph,
-                         "partition": dataset.partition, "options": " ".join(CONFIGS[config]),
+                         "partition": dataset.partition, "options": " ".join(options),
                          "sklearn_best_cost": best})
             print(table_line(rows[-1]), flush=True)
     return rows, failures

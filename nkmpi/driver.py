@@ -358,15 +358,22 @@ class _NKMeans:
             disagreement = kernels.edge_disagreement(exchange.ext, plan.edge_a, plan.edge_b)
             before = exchange.centers.copy() if inner > 1 else exchange.centers
         first_update = (iteration - 1) * inner + 1
-        for step in range(inner):            # the first update uses the exchange started above
-            if step:
-                timer.lap("update")
-                stop.hear(exchange.exchange(stop.deadline))
-                timer.lap("exchange")
-            kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts, rho,
-                                  options.alpha, out=exchange.spare, faults=self.faults,
-                                  update=first_update + step, agent_ids=plan.agents, nbr_ids=plan.nbr_ids)
-            exchange.swap()
+        if plan.n_ext == plan.n_local:       # no ghosts: every update in one call, no exchanges between
+            kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
+                                         counts, rho, options.alpha, inner, faults=self.faults,
+                                         first_update=first_update, agent_ids=plan.agents, nbr_ids=plan.nbr_ids)
+            if inner % 2:
+                exchange.swap()
+        else:
+            for step in range(inner):       # the first update uses the exchange started above
+                if step:
+                    timer.lap("update")
+                    stop.hear(exchange.exchange(stop.deadline))
+                    timer.lap("exchange")
+                kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
+                                      rho, options.alpha, out=exchange.spare, faults=self.faults,
+                                      update=first_update + step, agent_ids=plan.agents, nbr_ids=plan.nbr_ids)
+                exchange.swap()
         timer.lap("update")
         at_rest = False
         if monitoring:

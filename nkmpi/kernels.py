@@ -190,11 +190,16 @@ def _add_neighbours(total, rows, nbr_idx, first, stop):
 
 
 @njit(**_JIT)
-def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault_params, update, agent_ids,
-            nbr_ids, first, stop):
+def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
+            agent_ids, nbr_ids, first, stop):
+    """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
+    n / rho already (the same numbers: each is one division either way)."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
-    flat_ext = ext.reshape(ext.shape[0], width)      # contiguous rows: vectorizable adds
+    # Contiguous rows of K x p, taken once: vectorizable loops, and no view made per agent.
+    flat_ext = ext.reshape(ext.shape[0], width)
+    flat_centers, flat_sums = centers.reshape(len(centers), width), sums.reshape(len(sums), width)
+    flat_out = out.reshape(len(out), width)
     total = np.empty(width)
     faulty = enabled(fault_params)
     for a in range(first, stop):
@@ -212,23 +217,51 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault
         else:
             degree = nbr_ptr[a + 1] - nbr_ptr[a]
             _add_neighbours(total, flat_ext, nbr_idx, nbr_ptr[a], nbr_ptr[a + 1])
+        x, s, o = flat_centers[a], flat_sums[a], flat_out[a]
         for k in range(n_clusters):
-            weight = counts[a, k] / rho + degree
-            for j in range(n_features):
-                x = centers[a, k, j]
-                if weight == 0:                 # no points, no neighbours: keep the center
-                    out[a, k, j] = x
-                else:
-                    mu = (sums[a, k, j] / rho + total[k * n_features + j]) / weight
-                    out[a, k, j] = x - alpha * (x - mu)
+            weight = (counts[a, k] if scaled else counts[a, k] / rho) + degree
+            base = k * n_features
+            if weight == 0:                     # no points, no neighbours: keep the center
+                for j in range(n_features):
+                    o[base + j] = x[base + j]
+            elif scaled:                        # (loops from 0: range(base, ...) is not vectorized)
+                for j in range(n_features):
+                    w = base + j
+                    mu = (s[w] + total[w]) / weight
+                    o[w] = x[w] - alpha * (x[w] - mu)
+            else:
+                for j in range(n_features):
+                    w = base + j
+                    mu = (s[w] / rho + total[w]) / weight
+                    o[w] = x[w] - alpha * (x[w] - mu)
 
 
 @njit(parallel=True, **_JIT)
-def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault_params, update,
+def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
                      agent_ids, nbr_ids, n_ranges, n_agents):
     for r in prange(n_ranges):
-        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, alpha, out, fault_params, update, agent_ids,
-                nbr_ids, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+        _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
+                agent_ids, nbr_ids, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+
+
+@njit(**_JIT)
+def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update, n_updates,
+             agent_ids, nbr_ids, first, stop):
+    for step in range(n_updates):
+        _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
+                first_update + step, agent_ids, nbr_ids, first, stop)
+        current, spare = spare, current
+
+
+@njit(parallel=True, **_JIT)
+def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update,
+                      n_updates, agent_ids, nbr_ids, n_ranges, n_agents):
+    for step in range(n_updates):           # each update reads the whole previous one: ranges join per step
+        for r in prange(n_ranges):
+            _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
+                    first_update + step, agent_ids, nbr_ids, r * n_agents // n_ranges,
+                    (r + 1) * n_agents // n_ranges)
+        current, spare = spare, current
 
 
 NO_IDS = np.zeros(0, dtype=np.int64)
@@ -256,8 +289,26 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     if (len(agent_ids) != len(centers) or len(nbr_ids) != len(nbr_idx)) and faults is not NO_FAULTS:
         raise ValueError("a fault model needs the global ids of the agents and of their neighbours")
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
-                 float(rho), float(alpha), out, faults.params, int(update), agent_ids, nbr_ids)
+                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, nbr_ids)
     return out
+
+
+def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
+                         sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, n_updates: int,
+                         faults: FaultModel = NO_FAULTS, first_update: int = 0, agent_ids: np.ndarray = NO_IDS,
+                         nbr_ids: np.ndarray = NO_IDS) -> np.ndarray:
+    """`n_updates` center updates in one call, for a block whose agents' neighbours are all
+    its own (nbr_idx indexes the block's centers; no ghosts): each is `center_update` from
+    the last, alternating between `current` and `spare`.  Returns the array holding the
+    result.  Bit for bit the updates one by one, without a Python call and an exchange
+    per update: on one rank, a run's inner updates and the estimator's cost microseconds
+    each, not tens."""
+    if (len(agent_ids) != len(current) or len(nbr_ids) != len(nbr_idx)) and faults is not NO_FAULTS:
+        raise ValueError("a fault model needs the global ids of the agents and of their neighbours")
+    in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
+                counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
+                nbr_ids)
+    return spare if n_updates % 2 else current
 
 
 def cluster_means(sums: np.ndarray, counts: np.ndarray, centers: np.ndarray) -> np.ndarray:
@@ -417,6 +468,7 @@ def warm_up(dtype: np.dtype | type) -> None:
     sums, counts, _, _ = assign_and_accumulate(points, offsets, centers, np.zeros(2, dtype=np.int32))
     nbr = np.zeros(1, dtype=np.int64)
     center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
+    local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr, sums, counts, 1.0, 1.0, 2)
     edge_disagreement(centers, nbr, nbr)
     exact_partials(np.zeros(1))
     largest_move(centers, centers)

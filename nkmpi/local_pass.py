@@ -15,8 +15,9 @@ the first smallest.  Three ideas skip most of that work without changing a bit:
   own center and a lower bound on its distance to every other, moved each pass
   by how far the centers moved.  A row whose bounds stay apart by more than the
   per-feature form's rounding cannot change label and is skipped.
-* Settled agents: an agent none of whose labels changed keeps its cluster sums
-  and counts, identical to recomputing them (the same rows in the same order).
+* Settled clusters: a cluster no row of its agent left or joined keeps its sum
+  and count, identical to recomputing them (the same rows in the same order);
+  only the others are summed again.
 
 Error bounds, with u the unit roundoff and gamma_n = n u / (1 - n u): the
 per-feature form gives d (1 + t), |t| <= gamma_{p+2} of the data's precision;
@@ -39,6 +40,11 @@ _JIT = dict(cache=True, nogil=True)
 #: Screen with GEMM when an agent has this many rows and the data this many features;
 #: below, the per-feature form costs about as much as the expanded one.
 SCREEN_ROWS, SCREEN_FEATURES = 64, 16
+#: Screen the rows a pass's bounds left open when at least this many of an agent's are
+#: listed together (a GEMM call costs about as much as assessing so many per feature).
+SCREEN_PENDING = 16
+#: Rows a pass's bounds left open that are listed before they are assessed together.
+PENDING_ROWS = 4 * ROW_TILE
 #: Rows of one GEMM tile, fewer for many clusters (kernels.tile_rows; ROW_TILE: of one
 #: transposed tile of the per-feature form, and of a block of bounded rows).
 TILE = 1024
@@ -160,19 +166,34 @@ def _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, co
 
 
 @njit(**_JIT)
-def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
-                 center_norm, exact_err, screen_err, f64_err, eta):
-    """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
-    on the way.  Returns (changed labels, screened rows, assessed rows)."""
-    n_clusters, n_features = center.shape
+def _screening_centers(center, center_t, center_norm):
+    """An agent's centers for GEMM screening: transposed into center_t, their squared norms
+    into center_norm; returns the largest norm."""
     largest = 0.0
-    for k in range(n_clusters):
+    for k in range(center.shape[0]):
         total = 0.0
-        for j in range(n_features):
+        for j in range(center.shape[1]):
             center_t[j, k] = center[k, j]
             total += np.float64(center[k, j]) ** 2
         center_norm[k] = total
         largest = max(largest, np.sqrt(total))
+    return largest
+
+
+@njit(**_JIT)
+def _screening_error(size, largest, screen_err, f64_err, eta):
+    """How far the GEMM form of a squared distance may be from the true one, for a row of
+    norm `size` and centers of norm at most `largest`."""
+    return screen_err * size * largest + f64_err * (size + largest) ** 2 + eta
+
+
+@njit(**_JIT)
+def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
+                 center_norm, exact_err, screen_err, f64_err, eta):
+    """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
+    on the way.  Returns (changed labels, screened rows, assessed rows)."""
+    n_clusters = center.shape[0]
+    largest = _screening_centers(center, center_t, center_norm)
     changed = screened = assessed = 0
     for start in range(lo, hi, dots.shape[0]):
         stop = min(start + dots.shape[0], hi)
@@ -186,7 +207,7 @@ def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, s
                 best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best, e_best,
                                                  e_second)
             d_best, d_second = size * size + e_best, size * size + e_second
-            err = screen_err * size * largest + f64_err * (size + largest) ** 2 + eta
+            err = _screening_error(size, largest, screen_err, f64_err, eta)
             if _separated(d_best + err, d_second - err, exact_err, eta):
                 screened += 1
                 _keep_bounds(upper, lower, row, max(d_best, 0.0), d_second, err, f64_err)
@@ -201,27 +222,79 @@ def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, s
 
 
 @njit(**_JIT)
-def _assess_pending(points, previous, a, labels, upper, lower, pending, pending_low, n_pending, exact_err,
-                    f64_err, eta):
+def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, gathered, dots, center_t, center_norm,
+                   exact_err, screen_err, f64_err, eta, affected):
+    """rows[:n_rows] of one agent, scattered, by GEMM as _screen_rows does (gathered into a
+    tile first); a row that changes label marks its old and new cluster in `affected`.
+    Returns (changed labels, screened rows, assessed rows)."""
+    n_clusters = center.shape[0]
+    largest = _screening_centers(center, center_t, center_norm)
+    changed = screened = assessed = 0
+    for start in range(0, n_rows, dots.shape[0]):
+        n = min(dots.shape[0], n_rows - start)
+        for i in range(n):
+            gathered[i] = points[rows[start + i]]
+        tile = dots[:n]
+        np.dot(gathered[:n], center_t, tile)
+        for i in range(n):
+            row = rows[start + i]
+            size = sizes[row]
+            best, e_best, e_second = 0, np.inf, np.inf
+            for k in range(n_clusters):
+                best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best, e_best,
+                                                 e_second)
+            d_best, d_second = size * size + e_best, size * size + e_second
+            err = _screening_error(size, largest, screen_err, f64_err, eta)
+            if _separated(d_best + err, d_second - err, exact_err, eta):
+                screened += 1
+                _keep_bounds(upper, lower, row, max(d_best, 0.0), d_second, err, f64_err)
+            else:
+                assessed += 1
+                best, d_best, d_second = _assess(points, row, center)
+                _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+            if labels[row] != best:
+                changed += 1
+                affected[labels[row]] = affected[best] = True
+                labels[row] = best
+    return changed, screened, assessed
+
+
+@njit(**_JIT)
+def _assess_pending(points, sizes, previous, a, labels, upper, lower, pending, pending_low, n_pending, exact_err,
+                    screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm):
     """The rows whose moved bounds overlap: tighten each upper bound to the exact distance to
-    its own center; if that does not separate them, assess all K distances.  Returns
-    (changed labels, skipped rows, assessed rows)."""
+    its own center; the rows that still overlap are assessed in full, by GEMM screening
+    when there are SCREEN_PENDING of them or more (a big move of the centers unsettles many
+    rows at once), else per feature.  A row that changes label marks its old and new
+    cluster in `affected`.  Returns (changed labels, skipped rows, screened rows, rows
+    assessed per feature)."""
     center = previous[a]
-    changed = skipped = assessed = 0
+    n_open = 0                              # the rows still open, listed over `pending`
     for p in range(n_pending):
         row, low = pending[p], pending_low[p]
         own = np.float64(_distance(points, row, center, labels[row]))
         up = np.sqrt((own + eta) / (1.0 - exact_err)) * (1.0 + f64_err)
         if low > 0 and _separated(up * up, low * low, exact_err, eta):
             upper[row], lower[row] = _store_upper(up), _store_lower(low)
-            skipped += 1
-            continue
+        else:
+            pending[n_open] = row
+            n_open += 1
+    skipped = n_pending - n_open
+    if sizes.shape[0] and n_open >= SCREEN_PENDING:
+        changed, screened, assessed = _screen_listed(points, sizes, pending, n_open, center, labels, upper, lower,
+                                                     gathered, dots, center_t, center_norm, exact_err, screen_err,
+                                                     f64_err, eta, affected)
+        return changed, skipped, screened, assessed
+    changed = 0
+    for p in range(n_open):
+        row = pending[p]
         best, d_best, d_second = _assess(points, row, center)
-        assessed += 1
         _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
-        changed += labels[row] != best
-        labels[row] = best
-    return changed, skipped, assessed
+        if labels[row] != best:
+            changed += 1
+            affected[labels[row]] = affected[best] = True
+            labels[row] = best
+    return changed, skipped, 0, n_open
 
 
 @njit(**_JIT)
@@ -264,7 +337,9 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
     rows_t = np.empty((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
     dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)
-    pending, pending_low = np.empty(ROW_TILE, dtype=np.int64), np.empty(ROW_TILE)
+    pending, pending_low = np.empty(PENDING_ROWS, dtype=np.int64), np.empty(PENDING_ROWS)
+    affected = np.empty(n_clusters, dtype=np.bool_)
+    gathered = np.empty((dots.shape[0], n_features), dtype=points.dtype)
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
         _moves(centers, previous, ready, chunk, chunk_stop, move, f64_err, eta)
@@ -273,14 +348,16 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
             skipped = screened = assessed = 0
             if ready[a]:
                 # Move the bounds by the centers' moves and skip the rows they keep; set the
-                # others aside and assess them after each block of rows.  Written out here:
-                # a call with arrays costs an agent more than its rows (reference counting).
+                # others aside and assess them together once a block of rows could overfill
+                # the list, and at the agent's end.  Written out here: a call with arrays
+                # costs an agent more than its rows (reference counting).
                 largest, second = move[a - chunk, n_clusters], move[a - chunk, n_clusters + 1]
                 largest_k = move[a - chunk, n_clusters + 2]
                 agent_changed = 0
+                affected[:] = False
+                n_pending = 0
                 for start in range(lo, hi, ROW_TILE):
                     rows_stop = min(start + ROW_TILE, hi)
-                    n_pending = 0
                     for row in range(start, rows_stop):
                         b = labels[row]
                         up = (np.float64(upper[row]) + move[a - chunk, b]) * (1.0 + f64_err)
@@ -290,19 +367,25 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         else:
                             pending[n_pending], pending_low[n_pending] = row, low
                             n_pending += 1
-                    skipped += rows_stop - start - n_pending
-                    if n_pending:
-                        more_changed, more_skipped, more_assessed = _assess_pending(
-                            points, previous, a, labels, upper, lower, pending, pending_low, n_pending, exact_err,
-                            f64_err, eta)
+                    if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
+                        skipped -= n_pending
+                        more_changed, more_skipped, more_screened, more_assessed = _assess_pending(
+                            points, sizes, previous, a, labels, upper, lower, pending, pending_low, n_pending,
+                            exact_err, screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm)
                         agent_changed += more_changed
                         skipped += more_skipped
+                        screened += more_screened
                         assessed += more_assessed
+                        n_pending = 0
+                skipped += hi - lo
                 if agent_changed:        # else the sums of the same rows in the same order stand
-                    counts[a] = 0
-                    sums[a] = 0
+                    for k in range(n_clusters):     # so do those of clusters no row left or joined
+                        if affected[k]:
+                            counts[a, k] = 0
+                            sums[a, k] = 0
                     for row in range(lo, hi):
-                        _add_row(points, weights, row, labels[row], sums, counts, a)
+                        if affected[labels[row]]:
+                            _add_row(points, weights, row, labels[row], sums, counts, a)
             else:
                 for k in range(n_clusters):
                     for j in range(n_features):
@@ -372,7 +455,7 @@ class LocalPass:
     row weights, or kernels.UNWEIGHTED.
 
     Pass the same `labels` and `out` arrays to every `run` (the bounds describe
-    those labels, and a settled agent's sums are kept in `out`).  Memory: 8 bytes
+    those labels, and a settled cluster's sums are kept in `out`).  Memory: 8 bytes
     a row of bounds, 8 more for the row norms when screening, and the block's
     previous centers in the data's precision.
 

@@ -55,6 +55,40 @@ def test_bad_specs_are_input_errors(spec, message):
         build_network(spec, 12, seed=0)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_adjacency_and_tree_against_scipy(seed):
+    """The CSR and the breadth-first tree equal scipy's: the sorted unique pairs (self loops
+    and repeats in any orientation dropped), and breadth_first_order's predecessors and
+    shortest_path's hop counts (-1 where unreached, and the graph then not connected)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order, shortest_path
+
+    from nkmpi.graph import spanning_tree
+    rng = np.random.default_rng(seed)
+    n_agents = int(rng.integers(2, 60))
+    pairs = rng.integers(0, n_agents, size=(int(rng.integers(n_agents - 1, 3 * n_agents)), 2))
+    network = Network.from_edges(n_agents, np.concatenate([pairs, pairs[::3, ::-1], pairs[:2]]))
+    low, high = pairs.min(axis=1), pairs.max(axis=1)
+    expected = sorted(set(zip(low[low != high].tolist(), high[low != high].tolist())))
+    assert [tuple(e) for e in network.edges.tolist()] == expected
+    both = np.array(expected + [(b, a) for a, b in expected]).reshape(-1, 2)
+    adjacency = csr_matrix((np.ones(len(both)), (both[:, 0], both[:, 1])), shape=(n_agents, n_agents))
+    adjacency.sort_indices()
+    np.testing.assert_array_equal(network.indptr, adjacency.indptr)
+    np.testing.assert_array_equal(network.indices, adjacency.indices)
+    _, parent = breadth_first_order(adjacency, 0, directed=True, return_predecessors=True)
+    hops = shortest_path(adjacency, unweighted=True, indices=0)
+    connected = bool(np.isfinite(hops).all())
+    assert network.is_connected() == connected
+    if not connected:
+        with pytest.raises(InputError, match="not connected"):
+            spanning_tree(network)
+        return
+    tree = spanning_tree(network)
+    np.testing.assert_array_equal(tree.parent, np.where(parent < 0, -1, parent))
+    np.testing.assert_array_equal(tree.depth, hops.astype(np.int64))
+
+
 def test_edges_outside_the_agents_are_rejected():
     with pytest.raises(InputError, match="outside"):
         Network.from_edges(3, [[0, 1], [1, 3]])

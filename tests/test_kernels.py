@@ -150,6 +150,50 @@ def test_center_update_with_faults_against_the_draws():
         kernels.center_update(*problem, 4.0, 0.7, faults=faults, update=5)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n_updates", [1, 2, 7])
+@pytest.mark.parametrize("faulty", [False, True])
+def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, threads):
+    """A block without ghosts (every neighbour its own): n updates in one call equal the
+    equations applied n times, each from the last, with each update's own fault draws;
+    the result lies in the array returned, whatever n's parity; empty clusters, agents of
+    degree 0 and any thread count included."""
+    rng = np.random.default_rng(n_updates)
+    n_agents, k, p = 9, 3, 4
+    degree = rng.integers(0, 5, size=n_agents)
+    degree[2] = 0
+    nbr_idx = np.concatenate([np.sort(rng.choice(np.delete(np.arange(n_agents), a), d, replace=False))
+                              for a, d in enumerate(degree)]).astype(np.int64)
+    nbr_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    sums = rng.standard_normal((n_agents, k, p)) * 10.0 ** rng.integers(-5, 5, size=(n_agents, k, p))
+    counts = rng.integers(0, 4, size=(n_agents, k)).astype(np.float64)
+    counts[2, 1] = 0                        # no points and no neighbours: the center stays
+    start = rng.standard_normal((n_agents, k, p))
+    agent_ids, nbr_ids = np.arange(n_agents) + 100, nbr_idx + 100
+    faults = FaultModel(seed=4, link_failure_prob=0.4, dropout_prob=0.2) if faulty else FaultModel(seed=4)
+    expected = start.copy()
+    for update in range(11, 11 + n_updates):
+        if faulty:
+            up = [link_up(faults.params, agent_ids[a], nbr_ids[e], update)
+                  for a in range(n_agents) for e in range(nbr_ptr[a], nbr_ptr[a + 1])]
+            new = expected_update(expected, expected, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9,
+                                  counted=lambda a, e: up[e])
+            sitting = [not takes_part(faults.params, agent_ids[a], update) for a in range(n_agents)]
+            new[sitting] = expected[sitting]
+        else:
+            new = expected_update(expected, expected, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9)
+        expected = new
+    current, spare = start.copy(), np.full_like(start, np.nan)
+    kernels.set_threads(threads)
+    try:
+        got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9, n_updates,
+                                           faults=faults, first_update=11, agent_ids=agent_ids, nbr_ids=nbr_ids)
+    finally:
+        kernels.set_threads(1)
+    assert got is (spare if n_updates % 2 else current)
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_disagreement_and_move():
     rng = np.random.default_rng(3)
     ext = rng.standard_normal((5, 3, 2))

@@ -533,6 +533,21 @@ def test_settling_run_engages_the_bounds(dtype, threads):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offset", [0.0, 1e8])
+def test_rows_left_open_in_bulk_are_screened(dtype, offset, threads):
+    """Big moves after the first pass leave many rows' bounds open at once: those are
+    screened by GEMM on the bounded passes (the counters show it where the data allow
+    screening), and every label, sum and count still equals the oracle's, also where the
+    expanded form cancels (offset 1e8) and a row must fall back to the per-feature form."""
+    rng = np.random.default_rng(21)
+    points, offsets = blobs(rng, [3000, 40, 2000], 32, dtype, n_blobs=8, offset=offset)
+    kinds = [("lloyd", 0.0), ("jump", 3.0), ("lloyd", 0.0), ("swap",), ("lloyd", 1e-3), ("dup",), ("lloyd", 0.0)]
+    pair = drive(points, offsets, 8, rng, kinds=kinds)
+    if offset == 0.0:
+        assert sum(h[2] for h in pair.history[1:]) > 0, f"(changed, skipped, screened, exact) {pair.history}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_counters_add_up(dtype):
     """rows_skipped + rows_screened + rows_exact == n on every pass, through moves of every
     kind (checked in Pair.step), and each counter describes the last run only."""
