@@ -77,7 +77,7 @@ class Shard:
 
 class DatasetSource:
     """Rows from a dataset v1 file: each rank reads the agents of its block (block placement
-    balances the rows), and nothing else."""
+    balances the rows), and nothing else, the ranks together through MPI-IO where h5py has it."""
 
     def __init__(self, path: str):
         self.path = path
@@ -88,8 +88,8 @@ class DatasetSource:
         bounds = agree(comm, block_placement, info.points_per_agent, size)
         first, stop = int(bounds[rank]), int(bounds[rank + 1])
         return Shard(info, np.arange(first, stop), owners_from_bounds(bounds), rank,
-                     lambda: agree(comm, read_rows, info, first, stop),
-                     lambda: agree(comm, read_weights, info, first, stop))
+                     lambda: agree(comm, read_rows, info, first, stop, comm=comm),
+                     lambda: agree(comm, read_weights, info, first, stop, comm=comm))
 
 
 class ArraySource:

@@ -11,13 +11,14 @@ the whole job, so no rank is left waiting in a collective.
 
 import contextlib
 import sys
+import time
 import traceback
 from io import StringIO
 
 import numpy as np
 
 from . import __version__, stop
-from .errors import InputError, Parser, agree
+from .errors import InputError, Parser, RankFailed, agree
 from .graph import build_network, default_spec, graph_stats
 from .monitor import LOOP_PHASES
 from .options import Options, add_arguments, init_file
@@ -27,6 +28,9 @@ MPI_COMMANDS = ("run", "predict")
 EXIT_INPUT_ERROR = 2
 EXIT_CHECKPOINTED = 3
 EXIT_FAILURE = 1
+#: Seconds a rank that stops because another failed (RankFailed) leaves that rank to report
+#: and abort the job before it aborts it itself: its own end could cut that message short.
+ABORT_GRACE = 30
 
 
 def state_status():
@@ -216,6 +220,9 @@ def main_mpi(argv):
             return EXIT_INPUT_ERROR
         print(f"nkmpi: error: {exc} (rank {rank})", file=sys.stderr, flush=True)
         comm.Abort(EXIT_INPUT_ERROR)
+    except RankFailed:                    # another rank failed; it reports and aborts
+        time.sleep(ABORT_GRACE)
+        comm.Abort(EXIT_FAILURE)
     except BaseException as exc:          # a bug or an I/O failure on this rank only
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise

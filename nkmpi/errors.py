@@ -4,6 +4,8 @@ Bad input must stop every rank at once with one message, before any
 iteration runs.  Each rank checks what it holds; `agree` then lets every rank
 learn the first failure (in rank order) through one collective, so all ranks
 raise the same InputError together instead of some waiting forever.
+`agree_on_failure` does the same for any failure in a step that the ranks end
+together (writing a shared file), reported by the rank that failed.
 """
 
 
@@ -30,7 +32,7 @@ class Stopped(RuntimeError):
     """A fit stopped by a signal (SIGTERM, SIGUSR1): its checkpoint, if any, is written."""
 
 
-def agree(comm, check, *args, **kwargs):
+def agree(comm, check, /, *args, **kwargs):
     """Run `check` on every rank; if it raised InputError anywhere, raise it everywhere.
 
     `comm` is an mpi4py communicator (or None for a serial caller).  Returns
@@ -50,6 +52,29 @@ def agree(comm, check, *args, **kwargs):
     if first is not None:
         raise InputError(first, collective=True)
     return result
+
+
+class RankFailed(RuntimeError):
+    """Another rank failed in a step the ranks take together, and reports it: this rank
+    only stops (`agree_on_failure`), so that the job ends with that rank's message alone."""
+
+
+def agree_on_failure(comm, failure):
+    """After a step that may fail on some ranks only (writing a rank's slice of a file),
+    raise on every rank when it failed on any: the first rank that failed (in rank order)
+    raises its own `failure`, the others RankFailed.  So no rank goes on to a collective
+    step (closing a file shared through MPI-IO) that a failed rank never reaches.
+
+    `failure` is this rank's exception, or None; `comm` an mpi4py communicator, or None.
+    """
+    mine = None if failure is None else repr(failure)
+    failures = [mine] if comm is None else comm.allgather(mine)
+    first = next((rank for rank, text in enumerate(failures) if text is not None), None)
+    if first is None:
+        return
+    if first == (0 if comm is None else comm.Get_rank()):
+        raise failure
+    raise RankFailed(f"rank {first} failed: {failures[first]}")
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,6 +1,6 @@
 """`nkmpi predict`: label the rows of a dataset with a finished run's model; under MPI,
 each rank its share of the rows (its block of agents' for `own`), the labels file written by
-every rank in turn.
+every rank (`write_slices`).
 
 The model is the run's consensus model (the default), each row's own agent's centers
 (`own`: for data with the run's agents, such as its own, where it gives the run's
@@ -60,12 +60,12 @@ def predict(comm, result, data, out=None, model=result_format.CONSENSUS_MODEL, r
         bounds = agree(comm, block_placement, info.points_per_agent, size)
         first, stop = int(bounds[rank]), int(bounds[rank + 1])
         start = int(info.offsets[first])
-        rows = agree(comm, read_rows, info, first, stop)
+        rows = agree(comm, read_rows, info, first, stop, comm=comm)
         offsets = info.offsets[first:stop + 1] - start
     else:                                             # one model for every row: by rows
         start, end = rank * info.n_points // size, (rank + 1) * info.n_points // size
         first, stop = 0, 1
-        rows = agree(comm, read_row_range, info, start, end)
+        rows = agree(comm, read_row_range, info, start, end, comm=comm)
         offsets = np.array([0, end - start])
     centers = agree(comm, result_format.read_model, result, str(model), first, stop)
     kernels.set_threads(1)

@@ -14,13 +14,14 @@ import pytest
 
 from nkmpi import launch
 from nkmpi.formats.dataset import write_dataset
+from nkmpi.formats.hdf5 import IO_ATTRIBUTE
 from nkmpi.launch import mpi_env
 
 #: Seconds any one MPI launch may take before the test fails (a hang is a failure).
 MPI_TIMEOUT = 120
-#: What a result records about how it was run (time, ranks, memory), the only parts of the
-#: file allowed to differ between rank counts and MPI libraries.
-EXECUTION_RECORD = {"n_ranks", "seconds", "seconds_setup", "seconds_loop", "metrics/seconds"}
+#: What a result records about how it was run (time, ranks, memory, how the ranks wrote it),
+#: the only parts of the file allowed to differ between rank counts and MPI libraries.
+EXECUTION_RECORD = {"n_ranks", "seconds", "seconds_setup", "seconds_loop", "metrics/seconds", IO_ATTRIBUTE}
 
 
 def mpiexec():
@@ -81,15 +82,16 @@ def run_job(script, *args, timeout=280):
     return proc
 
 
-def file_contents(path):
-    """Every attribute and dataset of an HDF5 file, by path, but the execution record."""
+def file_contents(path, ignore=()):
+    """Every attribute and dataset of an HDF5 file, by path, but the execution record and
+    the root attributes `ignore`."""
     contents = {}
 
     def visit(name, node):
         if name not in EXECUTION_RECORD and isinstance(node, h5py.Dataset):
             contents[name] = node[()]
         for key, value in node.attrs.items():
-            if key not in EXECUTION_RECORD and not key.startswith("rank_"):
+            if key not in EXECUTION_RECORD and not key.startswith("rank_") and not (name == "" and key in ignore):
                 contents[f"{name}@{key}"] = value
 
     with h5py.File(path, "r") as f:
@@ -98,9 +100,10 @@ def file_contents(path):
     return contents
 
 
-def assert_same_file(path, expected):
-    """Two HDF5 files hold the same attributes and datasets, bit for bit, but the execution record."""
-    found, wanted = file_contents(path), file_contents(expected)
+def assert_same_file(path, expected, ignore=()):
+    """Two HDF5 files hold the same attributes and datasets, bit for bit, but the execution
+    record and the root attributes `ignore`."""
+    found, wanted = file_contents(path, ignore), file_contents(expected, ignore)
     assert set(found) == set(wanted), (path, set(found) ^ set(wanted))
     for name, value in wanted.items():
         assert np.array_equal(found[name], value), (path, name, value, found[name])

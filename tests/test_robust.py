@@ -45,7 +45,7 @@ def same_run(a, b):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n_ranks,failing_rank", [(2, 1), (3, 0), (3, 2)])
-@pytest.mark.parametrize("where", ["startup", "loop:5"])
+@pytest.mark.parametrize("where", ["startup", "loop:5", "write"])
 def test_failure_on_one_rank_ends_every_rank(dataset, tmp_path, n_ranks, failing_rank, where):
     out = tmp_path / "out.h5"
     # A rank left waiting in a collective would hang until run_script's timeout fails the test.
@@ -54,7 +54,7 @@ def test_failure_on_one_rank_ends_every_rank(dataset, tmp_path, n_ranks, failing
     assert proc.returncode != 0
     assert f"rank {failing_rank} failed" in proc.stderr and "injected failure" in proc.stderr
     assert proc.stderr.count("nkmpi: error:") == 1, proc.stderr
-    assert not out.exists()
+    assert not list(tmp_path.iterdir())          # no result, and no temporary file either
 
 
 @pytest.mark.mpi

@@ -6,21 +6,24 @@ The data tools (and tests, and benchmarks) write it through `write_dataset` or, 
 for data larger than memory, `write_dataset_rows`; every file is checked by this
 module's own reader before it takes its name.  `nkmpi run` reads it here: each rank
 opens the file, reads the O(M) metadata every rank needs (offsets, edges) and then only
-its own rows.
+its own rows, the ranks together through MPI-IO where h5py has it (`hdf5.io_driver`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import h5py
 import numpy as np
 from numpy.typing import DTypeLike
 
 from ..errors import InputError
-from .hdf5 import atomic_file, check_header, reading, write_header
+from .hdf5 import atomic_file, check_header, reading, shared_file, write_header
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 FORMAT, VERSION = "nkmpi-dataset", 1
 #: (N, p) float32 or float64 rows, grouped by agent; (M+1,) int64 offsets: agent m owns
@@ -43,6 +46,9 @@ class DatasetInfo:
     has_labels: bool
     edges: object        # (E, 2) int64 array, or None when the file has no graph
     has_weights: bool = False
+    #: Whether points, labels or weights are virtual datasets, which HDF5 1.10 does not read
+    #: through MPI-IO: each rank then reads its rows alone.
+    virtual: bool = False
 
     @property
     def n_agents(self) -> int:
@@ -120,19 +126,23 @@ def _read_metadata(path, f):
         if outside.size:
             a, b = edges[outside[0]]
             _fail(path, f"{EDGES!r} row {outside[0]} is ({a}, {b}): agent ids must be 0..{n_agents - 1}")
-    _check_virtual_sources(path, f)
-    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges, has_weights)
+    virtual = _check_virtual_sources(path, f)
+    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges, has_weights,
+                       virtual)
 
 
 def _check_virtual_sources(path, f):
     """Refuse a virtual `points`, `labels` or `weights` (data_tools.stitch writes them) unless
     every file it maps is where HDF5 looks for it and holds a plain dataset of the mapped size
-    and dtype: HDF5 reads a missing or changed source as fill values, without an error."""
+    and dtype: HDF5 reads a missing or changed source as fill values, without an error.
+    Returns whether there is any."""
     folder = os.path.dirname(os.path.join(os.getcwd(), path))     # HDF5's base for relative names
+    found = False
     for name in (POINTS, LABELS, WEIGHTS):
         virtual = f.get(name)
         if not (isinstance(virtual, h5py.Dataset) and virtual.is_virtual):
             continue
+        found = True
         for mapping in virtual.virtual_sources():
             stored = mapping.file_name.replace("%%", "%")         # HDF5 keeps names as printf patterns
             where = f"{path}: {name!r} maps rows of {stored}"
@@ -147,6 +157,7 @@ def _check_virtual_sources(path, f):
             with reading(f"{path}: {name!r} maps rows of {source}, which cannot be read"):
                 with h5py.File(source, "r") as g:
                     _check_source(where, virtual, mapping, g)
+    return found
 
 
 def _source_file(name, folder):
@@ -216,16 +227,25 @@ def check_rows(rows: np.ndarray, where: str, first_row: int = 0, offsets: np.nda
             raise InputError(f"{where}: points row {row}{agent} {what}")
 
 
-def read_rows(info: DatasetInfo, first_agent: int, stop_agent: int, step: int = 1) -> np.ndarray:
+def _opened(info: DatasetInfo, comm: MPI.Comm | None) -> h5py.File:
+    """The dataset's file, open to read rows: by the ranks of `comm` together
+    (`hdf5.shared_file`) unless its data are virtual, else by this process alone."""
+    return shared_file(info.path, None if info.virtual else comm)
+
+
+def read_rows(info: DatasetInfo, first_agent: int, stop_agent: int, step: int = 1,
+              comm: MPI.Comm | None = None) -> np.ndarray:
     """The points of agents first_agent..stop_agent-1 (every step-th row, for a
-    thinned view), checked (`check_rows`)."""
-    return read_row_range(info, int(info.offsets[first_agent]), int(info.offsets[stop_agent]), step)
+    thinned view), checked (`check_rows`); `comm` as in `read_row_range`."""
+    return read_row_range(info, int(info.offsets[first_agent]), int(info.offsets[stop_agent]), step, comm)
 
 
-def read_row_range(info: DatasetInfo, start: int, stop: int, step: int = 1) -> np.ndarray:
+def read_row_range(info: DatasetInfo, start: int, stop: int, step: int = 1,
+                   comm: MPI.Comm | None = None) -> np.ndarray:
     """Rows start..stop-1 of the points, whatever agents they belong to (every step-th),
-    checked (`check_rows`)."""
-    with reading(f"{info.path}: cannot read rows {start}..{stop}"), h5py.File(info.path, "r") as f:
+    checked (`check_rows`).  With `comm`, every rank of it reads its own rows at once
+    (collective), through MPI-IO where h5py has it, unless the data are virtual."""
+    with reading(f"{info.path}: cannot read rows {start}..{stop}"), _opened(info, comm) as f:
         rows = f[POINTS][start:stop:step]
     check_rows(rows, info.path, start, info.offsets, step)
     return rows
@@ -241,13 +261,14 @@ def check_weights(weights: np.ndarray, where: str, first_row: int = 0, offsets: 
                          "and non-negative")
 
 
-def read_weights(info: DatasetInfo, first_agent: int, stop_agent: int) -> np.ndarray | None:
+def read_weights(info: DatasetInfo, first_agent: int, stop_agent: int,
+                 comm: MPI.Comm | None = None) -> np.ndarray | None:
     """The row weights (float64) of agents first_agent..stop_agent-1, checked; None when
-    the file has none (every row weighs 1)."""
+    the file has none (every row weighs 1); `comm` as in `read_row_range`."""
     if not info.has_weights:
         return None
     start, stop = int(info.offsets[first_agent]), int(info.offsets[stop_agent])
-    with reading(f"{info.path}: cannot read weights {start}..{stop}"), h5py.File(info.path, "r") as f:
+    with reading(f"{info.path}: cannot read weights {start}..{stop}"), _opened(info, comm) as f:
         weights = f[WEIGHTS][start:stop].astype(np.float64)
     check_weights(weights, info.path, start, info.offsets)
     return weights

@@ -1,11 +1,13 @@
 """What nkmpi's HDF5 formats share: the header that says what a file is (and reading a
 file's attributes alone), run ids and temporary names, the checks an output passes before
-any work, and the two ways a file is written whole.
+any work, how ranks share a file, and the two ways a file is written whole.
 
 A file is written under a temporary name of its own run, in its folder, and renamed
 once complete, so that the final name never shows a partial file: `atomic_file` for
 one process (datasets, the data tools' pictures), `write_slices` for ranks writing their
-own slices in turn (results and checkpoints through `write_state`, predicted labels).
+own slices (results and checkpoints through `write_state`, predicted labels).  Ranks
+share a file through HDF5's MPI-IO driver where h5py was built with MPI, else one
+process at a time (`io_driver`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import contextlib
 import os
 import secrets
 import socket
-from typing import TYPE_CHECKING, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
 
 import h5py
 import numpy as np
 from numpy.typing import DTypeLike
 
 from .. import __version__
-from ..errors import InputError
+from ..errors import InputError, agree, agree_on_failure
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -31,6 +34,12 @@ READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 #: What a result and a checkpoint share: every agent's centers, the centers it started
 #: from, and a group of one array per metric, a row per monitoring point.
 CENTERS, INITIAL_CENTERS, METRICS_GROUP = "centers", "initial_centers", "metrics"
+#: How ranks share a file: together through HDF5's MPI-IO driver, or one process at a time.
+#: Every file `write_slices` writes records which in its attribute IO_ATTRIBUTE.
+MPIO, SERIAL = "mpio", "serial"
+IO_ATTRIBUTE = "hdf5_io"
+#: The environment variable that chooses: `auto` (the default: MPIO where h5py has it) or SERIAL.
+IO_SETTING, IO_SETTINGS = "NKMPI_HDF5", ("auto", SERIAL)
 
 
 def plain(value: object) -> object:
@@ -108,6 +117,35 @@ def read_attributes(path: str | os.PathLike, formats: dict) -> dict:
         return {key: plain(value) for key, value in f.attrs.items()}
 
 
+def io_setting() -> str:
+    """$NKMPI_HDF5, checked: `auto` (also when unset) or SERIAL."""
+    setting = os.environ.get(IO_SETTING) or IO_SETTINGS[0]
+    if setting not in IO_SETTINGS:
+        raise InputError(f"{IO_SETTING}={setting}: expected one of {', '.join(IO_SETTINGS)}")
+    return setting
+
+
+def io_driver(comm: MPI.Comm | None) -> str:
+    """How the ranks of `comm` share a file: MPIO when there are several, h5py was built
+    with MPI (a site's build; Debian's python3-h5py-mpi, which it loads under a launcher)
+    and NKMPI_HDF5 is not SERIAL; else SERIAL.  Collective: rank 0's answer for every rank,
+    since a rank that opened the file the other way would leave the rest waiting."""
+    def decide():
+        parallel = comm is not None and comm.Get_size() > 1 and h5py.get_config().mpi
+        return MPIO if io_setting() == "auto" and parallel else SERIAL
+
+    return decide() if comm is None else comm.bcast(agree(comm, decide), root=0)
+
+
+def shared_file(path: str | os.PathLike, comm: MPI.Comm | None) -> h5py.File:
+    """`path` open for reading by the ranks of `comm` together through MPI-IO when
+    `io_driver` says so (opening and closing it are collective then), else by this
+    process alone."""
+    if io_driver(comm) == MPIO:
+        return h5py.File(path, "r", driver=MPIO, comm=comm)
+    return h5py.File(path, "r")
+
+
 def new_run_id() -> str:
     """A name part no other run picks: host, process and random bits.
 
@@ -145,13 +183,15 @@ def check_output(path: str | os.PathLike, run_id: str, attrs: dict) -> None:
     """Fail early when a file cannot be written at `path`: the folder must exist and
     be writable, and the run's temporary name take an HDF5 file holding the
     run's attributes, which a probe under that very name proves (long names,
-    read-only and full file systems, values HDF5 cannot store)."""
+    read-only and full file systems, values HDF5 cannot store); and NKMPI_HDF5
+    must say how."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise InputError(f"output {path} is a directory")
     if not os.path.isdir(folder):
         raise InputError(f"output folder {folder} does not exist")
+    io_setting()
     probe = partial_name(path, run_id)
     try:
         with open(probe, "x"):          # the name and the folder, in the system's own words
@@ -197,43 +237,100 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+@dataclass(frozen=True)
+class Slice:
+    """A dataset of `shape` and `dtype` of which this rank holds `rows`, from row `start` on."""
+
+    shape: tuple
+    dtype: DTypeLike
+    start: int
+    rows: np.ndarray
+
+
 def write_slices(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, file_format: str,
-                 version: int, attrs: dict, lay_out: Callable[[h5py.File], None],
-                 write_own: Callable[[h5py.File], None]) -> None:
+                 version: int, attrs: dict, whole: dict, sliced: dict) -> None:
     """Write a file of which each rank holds a slice; collective over `comm` (None: one process).
 
-    No rank holds all N rows' values, so none can write the file alone: rank 0 lays it
-    out under the run's temporary name (header, `attrs`, then `lay_out(f)` sizes every
-    dataset), the ranks write their own slices (`write_own(f)`) in rank order, a token
-    passed rank to rank keeping one writer at a time as a serial HDF5 build requires,
-    and rank 0 renames the file once all wrote.  A rank that fails removes the
-    temporary file: nothing half-written stays.
+    `whole` ({name: array}) and `attrs` are written as rank 0 holds them, `sliced`
+    ({name: Slice}) each rank its own rows: no rank holds all N rows' values, so none
+    writes the file alone.  Under the run's temporary name, the ranks write the file
+    together through MPI-IO where h5py has it (`io_driver`), else in turn; either way
+    they agree on failures before the steps they take together (closing the file, the
+    rename), so that no rank waits in one that a failed rank never reaches: the first
+    rank that failed raises its error, the others RankFailed, and the temporary file is
+    removed, so nothing half-written stays.  Rank 0 renames the file once all wrote;
+    `hdf5_io` records how (`MPIO` or `SERIAL`).
     """
     rank = 0 if comm is None else comm.Get_rank()
-    size = 1 if comm is None else comm.Get_size()
+    driver = io_driver(comm)
+    whole = {name: np.asarray(array) for name, array in whole.items()}
+    shapes = {name: (array.shape, array.dtype) for name, array in whole.items()}
+    shapes.update({name: (part.shape, part.dtype) for name, part in sliced.items()})
+    attrs = {"nkmpi_version": __version__, IO_ATTRIBUTE: driver, **attrs}
+    write = _write_together if driver == MPIO else _write_in_turn
     temporary = partial_name(path, run_id)
     with removed_on_failure(temporary):
+        write(temporary, comm, (file_format, version), attrs, shapes, whole if rank == 0 else {}, sliced)
         if rank == 0:
-            with h5py.File(temporary, "w") as f:
-                write_header(f, file_format, version)
-                f.attrs["nkmpi_version"] = __version__
-                for key, value in attrs.items():
-                    f.attrs[key] = value
-                lay_out(f)
-        if rank > 0:
-            comm.recv(source=rank - 1, tag=7)
-        with h5py.File(temporary, "r+") as f:
-            write_own(f)
-        if rank < size - 1:
-            comm.send(True, dest=rank + 1, tag=7)
-        elif size > 1:
-            comm.send(True, dest=0, tag=8)
-        if rank == 0:
-            if size > 1:
-                comm.recv(source=size - 1, tag=8)
             os.replace(temporary, path)
     if comm is not None:
         comm.Barrier()
+
+
+def _lay_out(f: h5py.File, header: tuple, attrs: dict, shapes: dict) -> None:
+    """The header, the attributes and every dataset sized ({name: (shape, dtype)})."""
+    write_header(f, *header)
+    for key, value in attrs.items():
+        f.attrs[key] = value
+    for name, (shape, dtype) in shapes.items():
+        f.create_dataset(name, shape, dtype=dtype)
+
+
+def _write_own(f: h5py.File, whole: dict, sliced: dict) -> None:
+    """This rank's part of the laid-out file: the whole arrays (rank 0's), its own rows."""
+    for name, array in whole.items():
+        f[name][...] = array
+    for name, part in sliced.items():
+        f[name][part.start:part.start + len(part.rows)] = part.rows
+
+
+def _write_in_turn(temporary, comm, header, attrs, shapes, whole, sliced):
+    """Rank 0 lays the file out, then the ranks write their slices in rank order, a token
+    passed rank to rank keeping one writer at a time as a serial HDF5 build requires
+    (and telling a rank whether all before it wrote: after a failure it writes nothing)."""
+    rank = 0 if comm is None else comm.Get_rank()
+    size = 1 if comm is None else comm.Get_size()
+    going_on = comm.recv(source=rank - 1, tag=7) if rank > 0 else True
+    failure = None
+    if going_on:
+        try:
+            if rank == 0:
+                with h5py.File(temporary, "w") as f:
+                    _lay_out(f, header, attrs, shapes)
+            with h5py.File(temporary, "r+") as f:
+                _write_own(f, whole, sliced)
+        except BaseException as exc:
+            failure = exc
+    if rank < size - 1:
+        comm.send(going_on and failure is None, dest=rank + 1, tag=7)
+    agree_on_failure(comm, failure)
+
+
+def _write_together(temporary, comm, header, attrs, shapes, whole, sliced):
+    """Every rank opens the file through MPI-IO and lays it out with rank 0's attributes
+    and shapes (collective steps, which take identical arguments on every rank), then
+    writes its slices independently: contiguous blocks of rows, which gain nothing from
+    collective buffering, and a rank that fails there leaves the others free to go on to
+    the agreement and close the file with it."""
+    attrs, shapes = comm.bcast((attrs, shapes), root=0)
+    with h5py.File(temporary, "w", driver=MPIO, comm=comm) as f:
+        _lay_out(f, header, attrs, shapes)
+        failure = None
+        try:
+            _write_own(f, whole, sliced)
+        except BaseException as exc:
+            failure = exc
+        agree_on_failure(comm, failure)
 
 
 def write_state(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, file_format: str,
@@ -241,27 +338,17 @@ def write_state(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *, 
                 agent_start: int, centers: np.ndarray, initial_centers: np.ndarray, row_start: int,
                 rows: np.ndarray, metrics: dict, attrs: dict, extras: dict | None = None) -> None:
     """Write a result or checkpoint whole (`write_slices`): each rank its agents' centers
-    from agent_start on and its rows from row_start on.  `extras`: {name: array} datasets
-    every rank holds whole, which rank 0 writes."""
+    from agent_start on and its rows from row_start on; rank 0 the metrics and `extras`
+    ({name: array}, datasets every rank holds whole)."""
     _, n_clusters, n_features = centers.shape
-
-    def lay_out(f):
-        for name in (CENTERS, INITIAL_CENTERS):
-            f.create_dataset(name, (n_agents, n_clusters, n_features), dtype=np.float64)
-        f.create_dataset(rows_name, (n_points,), dtype=rows_dtype)
-        group = f.create_group(METRICS_GROUP)
-        for name, series in metrics.items():
-            group.create_dataset(name, data=series)
-        for name, array in (extras or {}).items():
-            f.create_dataset(name, data=array)
-
-    def write_own(f):
-        f[CENTERS][agent_start:agent_start + len(centers)] = centers
-        f[INITIAL_CENTERS][agent_start:agent_start + len(centers)] = initial_centers
-        f[rows_name][row_start:row_start + len(rows)] = rows
-
-    write_slices(path, comm, run_id, file_format=file_format, version=version, attrs=attrs, lay_out=lay_out,
-                 write_own=write_own)
+    shape = (n_agents, n_clusters, n_features)
+    whole = {f"{METRICS_GROUP}/{name}": series for name, series in metrics.items()}
+    whole.update(extras or {})
+    sliced = {CENTERS: Slice(shape, np.float64, agent_start, centers),
+              INITIAL_CENTERS: Slice(shape, np.float64, agent_start, initial_centers),
+              rows_name: Slice((n_points,), rows_dtype, row_start, rows)}
+    write_slices(path, comm, run_id, file_format=file_format, version=version, attrs=attrs, whole=whole,
+                 sliced=sliced)
 
 
 def read_metrics(f: h5py.File) -> dict:

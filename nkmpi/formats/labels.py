@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import InputError
-from .hdf5 import opened, write_slices
+from .hdf5 import Slice, opened, write_slices
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -25,11 +25,8 @@ LABELS = "labels"
 def write_labels(path: str | os.PathLike, comm: MPI.Comm | None, *, run_id: str, n_points: int, row_start: int,
                  labels: np.ndarray, attrs: dict) -> None:
     """Write a labels file whole; collective over `comm`, each rank its rows from row_start on."""
-    def write_own(f):
-        f[LABELS][row_start:row_start + len(labels)] = labels
-
-    write_slices(path, comm, run_id, file_format=FORMAT, version=VERSION, attrs=attrs,
-                 lay_out=lambda f: f.create_dataset(LABELS, (n_points,), dtype=np.int64), write_own=write_own)
+    write_slices(path, comm, run_id, file_format=FORMAT, version=VERSION, attrs=attrs, whole={},
+                 sliced={LABELS: Slice((n_points,), np.int64, row_start, labels)})
 
 
 def read_labels(path: str | os.PathLike) -> dict:

@@ -3,7 +3,8 @@ so that a test can signal it exactly there, whatever the machine's speed.
 
 Usage: hold_in_phase.py PHASE nkmpi-run-arguments...
 PHASE is `read` (dataset.read_rows), `seeding` (driver.network_seeding) or `write` (a rank opening
-the laid-out result to write its slice into it, once the run is over).  Each rank prints
+the laid-out result to write its slice into it, or through MPI-IO the ranks creating it
+together, once the run is over).  Each rank prints
 `in PHASE` when it gets there, waits (at most a minute) until a stop signal has arrived, then
 goes on.
 """
@@ -23,7 +24,7 @@ original = getattr(module, name)
 
 
 def held(*args, **kwargs):
-    if name != "File" or args[1:2] == ("r+",):
+    if name != "File" or args[1:2] == ("r+",) or kwargs.get("driver") == "mpio" and args[1:2] == ("w",):
         print(f"in {sys.argv[1]}", flush=True)
         deadline = time.monotonic() + 60
         while not stop.requested() and time.monotonic() < deadline:
