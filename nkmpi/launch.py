@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,51 @@ def mpiexec_flags(mpiexec: str) -> list[str]:
     return flags
 
 
+def session_base() -> Path:
+    """Where Open MPI's launcher keeps its session directories: PMIx's choice of TMPDIR, TEMP,
+    TMP, else /tmp."""
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        if os.environ.get(name):
+            return Path(os.environ[name])
+    return Path("/tmp")
+
+
+def remove_dead_sessions() -> None:
+    """Remove the session directories `ompi.PID` of this user's Open MPI launchers that are no
+    longer running.  A launcher that was killed leaves its own, and Open MPI 5 refuses to start
+    a launcher whose process id finds one ("The PMIx server's listener thread failed to start",
+    exit 213; openpmix/openpmix#4022, fixed after the PMIx that Open MPI 5.0 carries).  Where
+    process ids wrap around quickly that turns one kill into a failed job later.  This process's
+    own id counts as dead: it is not a launcher yet, though it may become one by exec."""
+    try:
+        entries = list(session_base().glob("ompi.*"))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name.removeprefix("ompi.")
+        if not pid.isdigit():
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not _running(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether another process with this id exists (one of another user's counts)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def mpi_env() -> dict:
     """This process's environment for MPI ranks: one thread per BLAS and OpenMP pool,
     this environment's executables first on PATH."""
@@ -80,11 +126,14 @@ def mpi_env() -> dict:
 
 def launch_command(n_ranks: int, args: list, launcher: str = "mpiexec") -> list[str]:
     """The command that runs `args` on `n_ranks` ranks: `mpiexec [its flags] -n R ARGS`, or
-    inside a SLURM allocation `srun` with one CPU per rank, through PMI-2."""
+    inside a SLURM allocation `srun` with one CPU per rank, through PMI-2.  Before an Open MPI
+    launch, the session directories dead launchers left are removed (remove_dead_sessions)."""
     if launcher == "srun":
         start = ["srun", f"--ntasks={n_ranks}", "--cpus-per-task=1", "--mpi=pmi2"]
     else:
         mpiexec = mpiexec_path()
+        if implementation(mpiexec) == "openmpi":
+            remove_dead_sessions()
         start = [mpiexec, *mpiexec_flags(mpiexec), "-n", str(n_ranks)]
     return start + [str(a) for a in args]
 

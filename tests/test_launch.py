@@ -1,15 +1,17 @@
-"""nkmpi.launch: whose mpiexec it is, the flags each needs, and `python -m nkmpi.launch`,
-against stand-in launchers that print what they were given; and, under this environment's
-own mpiexec, that the ranks are not bound to one core each."""
+"""nkmpi.launch: whose mpiexec it is, the flags each needs, the session directories a killed
+Open MPI launcher left, and `python -m nkmpi.launch`, against stand-in launchers that print what
+they were given; and, under this environment's own mpiexec, that the ranks are not bound to one
+core each and that a leftover session directory does not stop the next launch."""
 
 import os
 import re
+import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import MPI_TIMEOUT, run_python
+from conftest import MPI_TIMEOUT, mpiexec, run_python
 from nkmpi import launch
 
 #: What each launcher's `--version` prints first, and the implementation it names.
@@ -100,3 +102,58 @@ def test_ranks_may_use_every_core():
     proc = run_python(2, ["-c", "import os; print(sorted(os.sched_getaffinity(0)))"], MPI_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert re.findall(r"\[[\d, ]*\]", proc.stdout) == [str(sorted(os.sched_getaffinity(0)))] * 2   # lines may mix
+
+
+def leave_session(tmpdir, pid):
+    """What an Open MPI 5 launcher with process id `pid` that was killed leaves in `tmpdir`:
+    its session directory with its PMIx rendezvous files (one records the pid)."""
+    session = tmpdir / f"ompi.{pid}"
+    (session / "1" / "0").mkdir(parents=True)
+    host = socket.gethostname()
+    for name in (f"pmix.{host}.tool", f"pmix.{host}.tool.{pid}", f"pmix.{host}.tool.prterun-{host}-{pid}@0"):
+        (session / name).write_text(f"prterun-{host}-{pid}@0.0;tcp4://127.0.0.1:1\n5.0.11\n{pid}\n0:0\n")
+    return session
+
+
+@pytest.mark.parametrize("version,name", VERSIONS)
+def test_sessions_of_dead_open_mpi_launchers_are_removed(tmp_path, monkeypatch, version, name):
+    """Open MPI 5's launcher cannot start where a dead one of the same process id left its
+    session directory (openpmix/openpmix#4022): an Open MPI launch removes those of dead
+    processes and of this one (about to become the launcher when it execs), no other."""
+    sessions = tmp_path / "tmp"
+    sessions.mkdir()
+    monkeypatch.setenv("TMPDIR", str(sessions))
+    monkeypatch.setenv("NKMPI_MPIEXEC", stand_in(tmp_path, version))
+    with subprocess.Popen(["true"]) as finished:
+        pass                                    # waited for: its process id is free
+    with subprocess.Popen(["sleep", "60"]) as running:
+        try:
+            dead = leave_session(sessions, finished.pid)
+            own = leave_session(sessions, os.getpid())
+            alive = leave_session(sessions, running.pid)
+            other = [sessions / "ompi.vm.0", sessions / "ompi.12ab", sessions / "openmpi-sessions-0"]
+            for folder in other:
+                folder.mkdir()
+            launch.launch_command(2, ["nkmpi"])
+        finally:
+            running.kill()
+    removed = name == "openmpi"
+    assert dead.exists() != removed and own.exists() != removed
+    assert alive.exists() and all(folder.exists() for folder in other)
+
+
+@pytest.mark.mpi
+def test_a_leftover_session_does_not_stop_the_launch(tmp_path):
+    """The real launcher, started by `python -m nkmpi.launch` with the process id whose dead
+    launcher left its session directory in TMPDIR: Open MPI 5 would exit 213 ("The PMIx
+    server's listener thread failed to start"); the launch runs."""
+    if launch.implementation(mpiexec()) != "openmpi":
+        pytest.skip("only Open MPI's launcher keeps its session directory by process id")
+    leftover = ("import os, sys; sys.path.insert(0, sys.argv[1]); from test_launch import leave_session; "
+                "from pathlib import Path; leave_session(Path(sys.argv[2]), os.getpid()); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'nkmpi.launch', '-n', '2', '--', "
+                "sys.executable, '-c', 'from mpi4py import MPI; MPI.COMM_WORLD.Barrier()'])")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", leftover, os.path.dirname(__file__), tmp_path],
+                          capture_output=True, text=True, env=env, timeout=MPI_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
