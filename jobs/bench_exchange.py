@@ -32,7 +32,8 @@ options = Options(n_clusters=n_clusters, max_iter=ITERATIONS, tol=0.0, monitor_e
                   ).resolve(len(points) * size, size)
 
 comm.Barrier()
-result = run(comm, points, offsets, [rank], network, np.arange(size), options, stream=None)
+result = run(comm, points, offsets, [rank], network.rows([rank]), np.arange(size), options, stream=None,
+             whole_network=lambda: network)
 overhead = (result.seconds["loop"] - result.seconds["local"]) / ITERATIONS    # the run's own local-pass time
 
 neighbours = sorted({(rank - 1) % size, (rank + 1) % size} - {rank})

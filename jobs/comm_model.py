@@ -1,4 +1,5 @@
-"""Communication model: bytes a rank sends per NK-means iteration.
+"""Communication and memory model: bytes a rank sends per NK-means iteration, and a
+rank's peak resident memory.
 
 A rank sends each neighbour rank the K x p float64 centers of every one of its
 agents with a neighbour there, plus one control row:
@@ -21,6 +22,17 @@ For M agents in contiguous blocks of L = M / R agents:
 
 prints the prediction for each graph; tests/test_comm_model.py checks the model
 against the byte counts that `nkmpi run` measures.
+
+A rank's peak resident memory (rgg, --init flood, 4 points x p = 4 an agent, K = 4)
+follows  fixed + per_network x M + per_rank x M / R : the interpreter, MPI, numba and the
+compiled kernels; what every rank holds of every agent (the agents' offsets and ranks, the
+rgg positions each rank draws); and its own agents (rows, graph rows, exchange plan,
+centers).  RANK_MEMORY holds the constants `make bench` (target 10) fitted on this
+project's machine;
+
+    python jobs/comm_model.py --agents 100000000 --ranks 1024 16384
+
+adds the predictions for those sizes.
 """
 
 import argparse
@@ -57,6 +69,18 @@ def rgg_bytes(n_agents, n_ranks, k, p, radius):
     return 8 * k * p * (boundary + neighbours)
 
 
+#: The per-rank memory model's constants in bytes: fixed, per agent of the network, per agent
+#: of the rank; fitted by `python jobs/bench.py` (target 10) on 2026-12-01, on the project's
+#: 2-core machine (MPICH, Python 3.11), from 7 runs of 1 to 64 ranks.
+RANK_MEMORY = (221.9e6, 13.2, 1859.0)
+
+
+def rank_memory_bytes(n_agents, n_ranks):
+    """A rank's peak resident bytes with M / R agents of an M-agent network (RANK_MEMORY)."""
+    fixed, per_network, per_rank = RANK_MEMORY
+    return fixed + per_network * n_agents + per_rank * n_agents / n_ranks
+
+
 def connectivity_radius(n_agents, factor=2.0):
     """A radius that keeps a random geometric graph connected: sqrt(factor ln M / (pi M))."""
     return math.sqrt(factor * math.log(n_agents) / (math.pi * n_agents))
@@ -65,19 +89,22 @@ def connectivity_radius(n_agents, factor=2.0):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agents", type=int, default=1 << 20)
-    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1024])
     parser.add_argument("-k", type=int, default=8)
     parser.add_argument("-p", type=int, default=8)
     parser.add_argument("--radius", type=float, default=None, help="rgg radius (default: connectivity radius)")
     args = parser.parse_args(argv)
     radius = args.radius or connectivity_radius(args.agents)
-    print(f"{args.agents} agents on {args.ranks} ranks, K={args.k}, p={args.p}: bytes sent per rank per iteration")
-    print(f"  ring   {ring_bytes(args.agents, args.ranks, args.k, args.p):>12,.0f}")
-    try:
-        print(f"  torus  {torus_bytes(args.agents, args.ranks, args.k, args.p):>12,.0f}")
-    except ValueError as exc:
-        print(f"  torus  ({exc})")
-    print(f"  rgg    {rgg_bytes(args.agents, args.ranks, args.k, args.p, radius):>12,.0f}  (radius {radius:.4g})")
+    for n_ranks in args.ranks:
+        print(f"{args.agents} agents on {n_ranks} ranks, K={args.k}, p={args.p}: bytes sent per rank per iteration")
+        print(f"  ring   {ring_bytes(args.agents, n_ranks, args.k, args.p):>12,.0f}")
+        try:
+            print(f"  torus  {torus_bytes(args.agents, n_ranks, args.k, args.p):>12,.0f}")
+        except ValueError as exc:
+            print(f"  torus  ({exc})")
+        print(f"  rgg    {rgg_bytes(args.agents, n_ranks, args.k, args.p, radius):>12,.0f}  (radius {radius:.4g})")
+        print(f"  peak resident memory of a rank (rgg, --init flood, 4 points x p = 4 an agent, K = 4): "
+              f"{rank_memory_bytes(args.agents, n_ranks) / 2**30:,.2f} GiB")
 
 
 if __name__ == "__main__":

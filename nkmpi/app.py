@@ -25,8 +25,9 @@ from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
 from .formats.dataset import DatasetInfo, check_rows, check_weights, open_dataset, read_all, read_rows, read_weights
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
-from .graph import block_placement, edge_file, graph_text, network_of, owners_from_bounds
-from .init import check_enough_distinct, distinct_rows, weighed_rows
+from .graph import block_placement, edge_file, graph_text, local_graph, network_of, not_connected, owners_from_bounds
+from .init import NETWORK_SEEDING, check_enough_distinct, distinct_rows, weighed_rows
+from .memory import peak_resident_bytes, release_freed_memory, resident_bytes
 from .monitor import LOOP_PHASES
 from .options import Options, resume_keys
 
@@ -266,26 +267,40 @@ def points_share(points, weights, offsets, agents) -> int:
     return share
 
 
-def check_same_data(path, saved, attrs):
-    """Refuse a checkpoint of other points, offsets or edges, even of the same shapes."""
-    differ = [what for key, what in checkpoint_format.FINGERPRINTS.items() if saved.get(key) != attrs[key]]
+def run_graph(comm, options, info, shard):
+    """This rank's rows of the run's graph (graph.LocalGraph), checked connected, and what
+    builds the whole graph for the network seeding's spanning tree, the one step that needs
+    it.  A run that seeds so builds the whole graph here, once: its rows are cut from it, and
+    the seeding is handed it (and lets it go).  Any other run builds only its rows."""
+    from .connectivity import is_connected
+
+    def whole_network():
+        return agree(comm, network_of, options.graph, info.n_agents, options.seed, info.edges)
+
+    if isinstance(options.init, str) and options.init == NETWORK_SEEDING and not options.resume:
+        built = [whole_network()]
+        return built[0].rows(shard.agents), lambda: built.pop() if built else whole_network()
+    graph, connected = agree(comm, local_graph, options.graph, info.n_agents, shard.agents, options.seed,
+                             info.edges)
+    if not connected and not is_connected(comm, graph, shard.owner):
+        raise InputError(not_connected(f"graph {graph_text(options.graph, info.edges)!r}", info.n_agents),
+                         collective=True)
+    return graph, whole_network
+
+
+def check_same_data(path, saved, attrs, whole_network):
+    """Refuse a checkpoint of other points, offsets or edges, even of the same shapes.  A
+    checkpoint's graph fingerprint of the earlier kind is checked on the whole graph
+    (`whole_network()` builds it; only then)."""
+    differ = [key for key in checkpoint_format.FINGERPRINTS if saved.get(key) != attrs[key]]
+    if differ == [checkpoint_format.GRAPH_FINGERPRINT]:
+        network = whole_network()
+        if saved[differ[0]] == checkpoint_format.earlier_graph_fingerprint(network.indptr, network.indices):
+            differ = []
     if differ:
+        differ = [checkpoint_format.FINGERPRINTS[key] for key in differ]
         raise InputError(f"--resume {path}: the checkpoint was made for other data: "
                          + ", ".join(differ) + " differ")
-
-
-def resident_bytes():
-    """This process's resident memory now (Linux), else its peak so far."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return peak_resident_bytes()
-
-
-def peak_resident_bytes():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def rank_statistics(comm, result, shard_bytes, memory_before_load):
@@ -359,7 +374,9 @@ class _Run:
         info = shard.info
         options = agree(comm, self.options.resolve, info.n_points, info.n_agents)
         agree(comm, options.check_data, info.n_features, info.dtype)
-        network = agree(comm, network_of, options.graph, info.n_agents, options.seed, info.edges)
+        graph, whole_network = run_graph(comm, options, info, shard)
+        release_freed_memory()
+        n_edges = comm.allreduce(len(graph.indices)) // 2
         attrs = data_attrs(options, info, comm.Get_size())
         for path in (out, checkpoint):
             if path:
@@ -379,17 +396,18 @@ class _Run:
         points, offsets, agents = shard.load(), shard.offsets, shard.agents
         weights = shard.load_weights()
         if out or checkpoint or resume:
-            attrs.update(checkpoint_format.combine_fingerprints(
-                comm.allgather(points_share(points, weights, offsets, agents)), info.offsets, network))
+            point_shares, graph_shares = zip(*comm.allgather((points_share(points, weights, offsets, agents),
+                                                               graph.fingerprint_share())))
+            attrs.update(checkpoint_format.combine_fingerprints(point_shares, info.offsets, graph_shares))
         if resume:
-            agree(comm, check_same_data, options.resume, resume["attrs"], attrs)
+            agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network)
         if weights is not None and comm.allreduce(float(weights.sum())) == 0:
             raise InputError("every row has weight 0: nothing to cluster", collective=True)
         samples = comm.allgather(distinct_rows(weighed_rows(points, weights), options.n_clusters))
         agree(comm, check_enough_distinct, samples, options.n_clusters)
         self.report(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
                     f"K={options.n_clusters}, {method_text(options)}, graph {attrs['graph']} "
-                    f"({len(network.edges)} edges), {comm.Get_size()} rank(s)"
+                    f"({n_edges} edges), {comm.Get_size()} rank(s)"
                     + (f", resuming at iteration {resume['attrs']['iteration']}" if resume else ""))
         first_iteration = int(resume["attrs"]["iteration"]) if resume else 0
         if comm.allreduce(bool(self.stop_requested()), op=MPI.LOR):     # before the seeding's work
@@ -407,7 +425,8 @@ class _Run:
             self.report(f"nkmpi: checkpoint after iteration {snapshot.iterations} written to {checkpoint}")
 
         row_weights = kernels.UNWEIGHTED if weights is None else weights
-        result = driver.run(comm, points, offsets, agents, network, shard.owner, options, self.stream,
+        result = driver.run(comm, points, offsets, agents, graph, shard.owner, options, self.stream,
+                            whole_network=whole_network,
                             resume=resume, checkpoint=write_checkpoint if checkpoint else None,
                             checkpoint_every=options.checkpoint_every, stop_requested=self.stop_requested,
                             weights=row_weights)
@@ -462,7 +481,8 @@ def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     attrs = data_attrs(options, info, 1)
     check_output(out, run_id, attrs)
     attrs.update(checkpoint_format.combine_fingerprints(
-        [points_share(points, weights, info.offsets, range(info.n_agents))], info.offsets, network))
+        [points_share(points, weights, info.offsets, range(info.n_agents))], info.offsets,
+        [network.rows(np.arange(info.n_agents)).fingerprint_share()]))
     started = time.perf_counter()
     result = reference_simulate(points, info.offsets, network, options, stream=stream, weights=weights)
     model, attrs["consensus_cost"] = consensus(None, result.centers, info.n_agents, points, info.offsets,

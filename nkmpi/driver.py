@@ -33,16 +33,19 @@ from . import kernels, seeding
 from .errors import InputError, agree
 from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
 from .faults import FaultModel
-from .graph import Network, concat_ranges, spanning_tree
+from .graph import LocalGraph, Network, concat_ranges, spanning_tree
 from .halo import HaloPlan, rank_graph_diameter
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
 from .local_pass import LocalPass
+from .memory import release_freed_memory
 from .monitor import Monitor, PhaseTimer
 from .options import Options
 from .stop import StopAgreement
 
 #: Lloyd's baseline reads a block's rows in chunks of this many, whatever its agents.
 LLOYD_CHUNK_ROWS = 65536
+#: What builds the whole graph when a step needs it (the network seeding's spanning tree).
+WholeNetwork = Callable[[], Network]
 
 
 @dataclass
@@ -107,7 +110,8 @@ def agent_seeds(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets
 
 
 def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
-                    agents: np.ndarray, network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
+                    agents: np.ndarray, whole_network: WholeNetwork, owner: np.ndarray,
+                    options: Options) -> np.ndarray:
     """--init network (nkmpi.seeding) for this rank's agents; collective over `comm`.
 
     Every agent summarizes its rows; then, tree level by tree level from the
@@ -118,7 +122,7 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
     """
     rank, k, seed = comm.Get_rank(), options.n_clusters, options.seed
     agents = np.asarray(agents, dtype=np.int64)
-    tree = spanning_tree(network)
+    tree = spanning_tree(whole_network())
     n_groups, budget = seeding.summary_size(k), seeding.message_rows(k)
     width = points.shape[1] + 1
     own_ptr = np.concatenate([[0], np.cumsum(seeding.local_capacity(np.diff(offsets), k))])
@@ -173,7 +177,7 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
 
 
 def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, weights: np.ndarray,
-                    offsets: np.ndarray, agents: np.ndarray, network: Network, owner: np.ndarray,
+                    offsets: np.ndarray, agents: np.ndarray, whole_network: WholeNetwork, owner: np.ndarray,
                     options: Options) -> None:
     """Each agent's initial centers, written into exchange.centers: the given ones, the
     network-wide seeding, or a per-agent method's seeds then flood rounds over neighbour
@@ -182,7 +186,7 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
     if not isinstance(options.init, str):
         centers[:] = options.init
     elif options.init == NETWORK_SEEDING:
-        centers[:] = network_seeding(comm, points, weights, offsets, agents, network, owner, options)
+        centers[:] = network_seeding(comm, points, weights, offsets, agents, whole_network, owner, options)
     else:
         centers[:] = np.nan
         seeds, _ = agent_seeds(comm, points, weights, offsets, agents, options,
@@ -196,22 +200,24 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
 
 
 def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
-                           agents: np.ndarray, network: Network, owner: np.ndarray, options: Options) -> np.ndarray:
+                           agents: np.ndarray, whole_network: WholeNetwork, owner: np.ndarray,
+                           options: Options) -> np.ndarray:
     """Lloyd's one set of (K, p) centers: the given ones, the network-wide seeding, or the
     seed of the agent that would seed alone with options.init's per-agent method (for
     flood, the centers flood init spreads, so both algorithms start alike)."""
     if not isinstance(options.init, str):
         return np.array(options.init, dtype=np.float64)
     if options.init == NETWORK_SEEDING:
-        return network_seeding(comm, points, weights, offsets, agents, network, owner, options)
+        return network_seeding(comm, points, weights, offsets, agents, whole_network, owner, options)
     seeds, source = agent_seeds(comm, points, weights, offsets, agents, options, only_first=True)
     return comm.bcast(next(iter(seeds.values()), None), root=int(owner[source]))
 
 
-def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray, network: Network,
-        owner: np.ndarray, options: Options, stream: TextIO | None = sys.stdout, resume: dict | None = None,
-        checkpoint: Callable[[BlockResult], None] | None = None, checkpoint_every: int = 0,
-        stop_requested: Callable[[], bool] | None = None, weights: np.ndarray = kernels.UNWEIGHTED) -> BlockResult:
+def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray, graph: LocalGraph,
+        owner: np.ndarray, options: Options, stream: TextIO | None = sys.stdout, *, whole_network: WholeNetwork,
+        resume: dict | None = None, checkpoint: Callable[[BlockResult], None] | None = None,
+        checkpoint_every: int = 0, stop_requested: Callable[[], bool] | None = None,
+        weights: np.ndarray = kernels.UNWEIGHTED) -> BlockResult:
     """Run NK-means (or Lloyd's baseline, by options.algorithm) on this rank's block;
     collective over `comm`.
 
@@ -219,7 +225,9 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
     weights : (n,) float64 their weights, or kernels.UNWEIGHTED (empty) when every row weighs 1.
     offsets : (L+1,) block-local row offsets of the agents.
     agents : (L,) ascending global ids of the block's agents.
-    network : graph.Network over all agents; owner : (M,) rank of each agent.
+    graph : the graph's rows of the block's agents (graph.LocalGraph); owner : (M,) rank of each agent.
+    whole_network : builds the whole graph.Network, for the network seeding's spanning tree
+        (the one step that needs more than the block's rows).
     options : resolved (Options.resolve) for the whole data, the same on every rank.
     stream : where rank 0 writes progress lines (None: nowhere).
     resume : this rank's share of a checkpoint to continue from.
@@ -229,7 +237,7 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
         signal arrived): the ranks then agree on an iteration after which they all
         stop, interrupted (before the first: with `iterations` where they began).
     """
-    loop = _Loop(comm, points, weights, offsets, agents, network, owner, options, stream, resume)
+    loop = _Loop(comm, points, weights, offsets, agents, graph, whole_network, owner, options, stream, resume)
     algorithm = _ALGORITHMS[options.algorithm](loop)
     return loop.run(algorithm, stop_requested, checkpoint, checkpoint_every)
 
@@ -247,12 +255,13 @@ class _Loop:
     rho_stage, bytes_sent : as in BlockResult; free() : release its MPI objects.
     """
 
-    def __init__(self, comm, points, weights, offsets, agents, network, owner, options, stream, resume):
+    def __init__(self, comm, points, weights, offsets, agents, graph, whole_network, owner, options, stream,
+                 resume):
         self.timer = PhaseTimer()
         self.comm, self.points, self.weights, self.options = comm, points, weights, options
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.agents = np.asarray(agents, dtype=np.int64)
-        self.network, self.owner = network, owner
+        self.graph, self.whole_network, self.owner = graph, whole_network, owner
         self.shape = (options.n_clusters, points.shape[1])
         self.resume = resume
         self.monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
@@ -312,12 +321,13 @@ class _NKMeans:
     def __init__(self, loop: _Loop):
         self.loop = loop
         comm, options = loop.comm, loop.options
-        self.plan = HaloPlan.build(loop.network, loop.owner, loop.agents, comm.Get_rank())
+        self.plan = HaloPlan.build(loop.graph, loop.owner, comm.Get_rank())
+        release_freed_memory()                  # the plan's temporaries, before the exchange's buffers
         self.exchange = NeighbourExchange(comm, self.plan, loop.shape)
         self.stop_hops = rank_graph_diameter(comm.allgather(self.plan.ranks))
         if loop.resume is None:
             initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets, loop.agents,
-                            loop.network, loop.owner, options)
+                            loop.whole_network, loop.owner, options)
             self.start_centers = self.exchange.centers.copy()
             self.rho_stage = 0
         else:
@@ -408,7 +418,7 @@ class _Lloyd:
         comm, n_rows = loop.comm, len(loop.points)
         if loop.resume is None:
             centers = shared_initial_centers(comm, loop.points, loop.weights, loop.offsets, loop.agents,
-                                             loop.network, loop.owner, loop.options)
+                                             loop.whole_network, loop.owner, loop.options)
         else:
             centers = comm.bcast(loop.resume["centers"][0] if len(loop.agents) else None,
                                  root=int(loop.owner[0]))

@@ -1,18 +1,21 @@
 """Communication graphs between agents, and the placement of agents on ranks.
 
-No MPI here: the graph is built identically on every rank from its spec and
-seed, stored as a sorted edge array and a CSR adjacency (O(M + E) memory,
-never a dense matrix).
+No MPI here.  A graph comes from its spec and seed, the same on every rank, in two
+forms: the whole `Network` (a sorted edge array and a CSR adjacency, O(M + E) memory,
+never a dense matrix) for the serial reference, `nkmpi info`, the data tools and the
+network seeding's spanning tree; and a `LocalGraph`, the rows of one rank's agents
+only, which is all a run's exchanges need.  `local_graph` builds the rows of ring,
+path, star, complete, torus and rgg without the rest of the graph; the other sources
+(er, ws, an edge file, the dataset's edges, a given graph) are built whole, checked,
+and cut to the rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
 import numpy as np
 from numba import njit
-from scipy.spatial import cKDTree
 
 from .errors import InputError
 
@@ -95,6 +98,11 @@ class Network:
             bad = edges[(edges < 0).any(axis=1) | (edges >= n_agents).any(axis=1)][0]
             raise InputError(f"edge ({bad[0]}, {bad[1]}) names an agent outside 0..{n_agents - 1}")
         indptr, indices = _adjacency(n_agents, np.ascontiguousarray(edges[:, 0]), np.ascontiguousarray(edges[:, 1]))
+        return cls.from_csr(n_agents, indptr, indices)
+
+    @classmethod
+    def from_csr(cls, n_agents: int, indptr: np.ndarray, indices: np.ndarray) -> Network:
+        """The Network of a symmetric CSR adjacency without self loops, rows ascending."""
         return cls(n_agents, _upper_edges(indptr, indices), indptr, indices)
 
     @property
@@ -104,7 +112,8 @@ class Network:
     def neighbours(self, agent: int) -> np.ndarray:
         return self.indices[self.indptr[agent]:self.indptr[agent + 1]]
 
-    def to_networkx(self) -> nx.Graph:
+    def to_networkx(self):
+        import networkx as nx
         graph = nx.Graph()
         graph.add_nodes_from(range(self.n_agents))
         graph.add_edges_from(self.edges.tolist())
@@ -114,6 +123,50 @@ class Network:
         if self.n_agents <= 1:
             return True
         return bool((_breadth_first(self.indptr, self.indices, 0)[1] >= 0).all())
+
+    def rows(self, agents) -> LocalGraph:
+        """The LocalGraph of `agents` (ascending global ids)."""
+        agents = np.asarray(agents, dtype=np.int64)
+        starts, stops = self.indptr[agents], self.indptr[agents + 1]
+        indptr = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
+        return LocalGraph(self.n_agents, agents, indptr, self.indices[concat_ranges(starts, stops)])
+
+
+@dataclass(frozen=True)
+class LocalGraph:
+    """The rows of the agent graph that one rank needs: its agents' neighbours.
+
+    n_agents : M, the agents of the whole graph.  agents : (L,) ascending global ids.
+    indptr, indices : CSR over the L agents: agents[i]'s neighbours, ascending global
+        ids, are indices[indptr[i]:indptr[i+1]].
+    Every rank's rows together are the whole graph, whatever the placement.
+    """
+
+    n_agents: int
+    agents: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def fingerprint_share(self) -> int:
+        """This block's share of the graph's fingerprint: the sum modulo 2**64 of a 64-bit
+        mix of each (agent, neighbour) entry.  The shares of any placement add up to the
+        same value, so no rank needs the whole graph to fingerprint it."""
+        sources = np.repeat(self.agents, self.degree).astype(np.uint64)
+        mixed = _mix64(_mix64(sources) ^ self.indices.astype(np.uint64))
+        return int(mixed.sum(dtype=np.uint64))
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on uint64 values (wrapping arithmetic): a well-spread 64-bit hash."""
+    with np.errstate(over="ignore"):
+        z = values + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True, nogil=True)
@@ -194,17 +247,6 @@ def _require(condition, spec, what):
         raise InputError(f"graph spec {spec!r}: {what}")
 
 
-def _torus(n_agents, rows=None):
-    """2-D periodic grid rows x cols = M, as square as M allows unless rows is given."""
-    if rows is None:
-        rows = max(d for d in range(1, int(np.sqrt(n_agents)) + 1) if n_agents % d == 0)
-    if rows < 1 or n_agents % rows:
-        raise InputError(f"graph spec torus: rows={rows} does not divide {n_agents} agents")
-    cols = n_agents // rows
-    grid = nx.grid_2d_graph(rows, cols, periodic=True)
-    return nx.relabel_nodes(grid, {(i, j): i * cols + j for i, j in grid.nodes})
-
-
 def _read_edge_file(path):
     try:
         edges = np.loadtxt(path, dtype=np.int64, comments="#", ndmin=2)
@@ -226,20 +268,155 @@ def _spread_bits(v):
     return (v | (v << 1)) & 0x55555555
 
 
-def random_geometric_edges(n_agents: int, radius: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A random geometric graph: agents uniform in the unit square, joined when at most
-    `radius` apart.  Returns (edges, positions).
+def _rows_from_candidates(agents, candidates, valid):
+    """CSR of each agent's candidate neighbours (L, C) where `valid`, self loops dropped,
+    ascending and distinct."""
+    candidates = np.where(valid & (candidates != agents[:, None]), candidates, -1)
+    candidates.sort(axis=1)
+    keep = candidates >= 0
+    keep[:, 1:] &= candidates[:, 1:] != candidates[:, :-1]
+    indptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int64)
+    return indptr, candidates[keep].astype(np.int64)
 
-    Agents are numbered along a Morton (Z-order) curve, so the contiguous blocks
-    of the placement are compact regions and few edges cross ranks.  Built with
-    a k-d tree in O(M log M + E): no per-agent Python objects at any scale.
-    """
+
+def _analytic_rows(name, n_agents, agents, rows=None):
+    """(indptr, indices) of `agents` in ring, path, star, complete or torus over
+    `n_agents`: the neighbours of an agent follow from its id alone."""
+    m, a = n_agents, agents
+    if name in ("ring", "path"):
+        candidates = np.stack([a - 1, a + 1], axis=1)
+        if name == "ring":
+            return _rows_from_candidates(a, candidates % m, np.ones(candidates.shape, bool))
+        return _rows_from_candidates(a, candidates, (candidates >= 0) & (candidates < m))
+    if name == "torus":
+        if rows is None:
+            rows = max(d for d in range(1, int(np.sqrt(m)) + 1) if m % d == 0)
+        if rows < 1 or m % rows:
+            raise InputError(f"graph spec torus: rows={rows} does not divide {m} agents")
+        cols = m // rows
+        i, j = a // cols, a % cols
+        candidates = np.stack([((i - 1) % rows) * cols + j, ((i + 1) % rows) * cols + j,
+                               i * cols + (j - 1) % cols, i * cols + (j + 1) % cols], axis=1)
+        return _rows_from_candidates(a, candidates, np.ones(candidates.shape, bool))
+    if name == "star":                       # agent 0 the hub
+        hub = a == 0
+        indptr = np.concatenate([[0], np.cumsum(np.where(hub, m - 1, 1))]).astype(np.int64)
+        indices = np.zeros(indptr[-1], dtype=np.int64)
+        for i in np.flatnonzero(hub):
+            indices[indptr[i]:indptr[i + 1]] = np.arange(1, m)
+        return indptr, indices
+    # complete: each row lists the M - 1 other agents
+    indptr = np.arange(len(a) + 1, dtype=np.int64) * (m - 1)
+    indices = np.tile(np.arange(m - 1, dtype=np.int64), len(a)).reshape(len(a), m - 1)
+    indices += indices >= a[:, None]
+    return indptr, indices.reshape(-1)
+
+
+def rgg_positions(n_agents: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of a random geometric graph's agents, uniform in the unit square and
+    numbered along a Morton (Z-order) curve of a 65,536 x 65,536 grid, so that the contiguous
+    blocks of the placement are compact regions and few edges cross ranks; and each one's
+    Morton code: (positions (M, 2), codes (M,))."""
     positions = np.random.default_rng([seed, 17]).random((n_agents, 2))
     cells = np.minimum((positions * 65536).astype(np.int64), 65535)
-    positions = positions[np.argsort(_spread_bits(cells[:, 0]) | (_spread_bits(cells[:, 1]) << 1),
-                                     kind="stable")]
-    edges = cKDTree(positions).query_pairs(radius, output_type="ndarray")
-    return edges.astype(np.int64).reshape(-1, 2), positions
+    codes = _spread_bits(cells[:, 0]) | (_spread_bits(cells[:, 1]) << 1)
+    order = np.argsort(codes, kind="stable")
+    return positions[order], codes[order]
+
+
+#: The finest level of the grid of cells the rgg rows search (4**level cells at most).
+RGG_MAX_LEVEL = 11
+
+
+@njit(cache=True, nogil=True)
+def _rgg_scan(positions, cell_start, level, agent, limit, out):
+    """The neighbours of `agent` in the random geometric graph, written to `out` when it is
+    long enough (the first pass only counts): the agents whose squared distance, summed
+    over x then y as the k-d tree sums it, is at most `limit`, among the 3 x 3 cells of
+    side 2**-level around its own.  cell_start : the first agent of each Morton cell of
+    that level (agents are numbered along the curve).  Returns how many there are."""
+    side = 1 << level
+    x, y = positions[agent, 0], positions[agent, 1]
+    cx, cy = min(int(x * side), side - 1), min(int(y * side), side - 1)
+    found = 0
+    for ny in range(max(cy - 1, 0), min(cy + 2, side)):
+        for nx_ in range(max(cx - 1, 0), min(cx + 2, side)):
+            code = 0
+            for bit in range(level):
+                code |= (((nx_ >> bit) & 1) << (2 * bit)) | (((ny >> bit) & 1) << (2 * bit + 1))
+            for b in range(cell_start[code], cell_start[code + 1]):
+                dx, dy = x - positions[b, 0], y - positions[b, 1]
+                if b != agent and dx * dx + dy * dy <= limit:
+                    if found < len(out):
+                        out[found] = b
+                    found += 1
+    return found
+
+
+@njit(cache=True, nogil=True)
+def _rgg_rows(positions, cell_start, level, agents, radius):
+    """CSR of `agents`' neighbours in the random geometric graph (_rgg_scan), ascending."""
+    limit = radius * radius
+    indptr = np.zeros(len(agents) + 1, dtype=np.int64)
+    nothing = np.empty(0, dtype=np.int64)
+    for i in range(len(agents)):
+        indptr[i + 1] = indptr[i] + _rgg_scan(positions, cell_start, level, agents[i], limit, nothing)
+    indices = np.empty(indptr[-1], dtype=np.int64)
+    for i in range(len(agents)):
+        row = indices[indptr[i]:indptr[i + 1]]
+        _rgg_scan(positions, cell_start, level, agents[i], limit, row)
+        row.sort()
+    return indptr, indices
+
+
+def _rgg_local_rows(n_agents, agents, radius, seed):
+    """(indptr, indices) of `agents` in rgg:radius over `n_agents`: every rank draws the
+    positions (16 bytes an agent), then searches only its own agents' neighbourhoods."""
+    positions, codes = rgg_positions(n_agents, seed)
+    # Cells at least `radius` wide, and not many more than agents.
+    level = int(np.clip(np.floor(-np.log2(radius)), 0, min(RGG_MAX_LEVEL, np.ceil(np.log2(n_agents) / 2))))
+    coarse = codes >> np.uint64(2 * (16 - level))
+    cell_start = np.searchsorted(coarse, np.arange(4 ** level + 1, dtype=np.uint64)).astype(np.int64)
+    del codes, coarse
+    return _rgg_rows(positions, cell_start, level, agents, radius)
+
+
+#: The specs whose rows `local_graph` builds without the rest of the graph.
+LOCAL_SPECS = ("ring", "path", "star", "complete", "torus", "rgg")
+#: Of those, the ones connected by construction (rgg is checked).
+CONNECTED_SPECS = ("ring", "path", "star", "complete", "torus")
+
+
+def _spec_rows(spec, n_agents, agents, seed):
+    """(indptr, indices) of `agents` in a graph of LOCAL_SPECS, built for them alone."""
+    name, _, arg = spec.partition(":")
+    if name in ("ring", "path", "complete", "star") and arg:
+        raise InputError(f"graph spec {spec!r}: {name} takes no parameters")
+    if name == "rgg":
+        return _rgg_local_rows(n_agents, agents, _rgg_radius(spec, arg), seed)
+    params = _parse_params(spec, arg, {"rows": int}) if name == "torus" else {}
+    return _analytic_rows(name, n_agents, agents, **params)
+
+
+def local_graph(graph, n_agents: int, agents, seed: int = 0, dataset_edges: np.ndarray | None = None
+                ) -> tuple[LocalGraph, bool]:
+    """The rows of `agents` (ascending global ids) of a run's graph option, and whether the
+    whole graph is known to be connected (False: the caller checks, as
+    nkmpi.connectivity does across the ranks).  A spec in LOCAL_SPECS is built for these
+    agents alone; any other graph whole (network_of, which checks it), then cut."""
+    agents = np.asarray(agents, dtype=np.int64)
+    spec = default_spec(graph, dataset_edges) if graph is None or isinstance(graph, str) else ""
+    name = spec.partition(":")[0]
+    if name not in LOCAL_SPECS:
+        return network_of(graph, n_agents, seed, dataset_edges).rows(agents), True
+    indptr, indices = _spec_rows(spec, n_agents, agents, seed)
+    return LocalGraph(n_agents, agents, indptr, indices), name in CONNECTED_SPECS
+
+
+def _rgg_radius(spec, arg):
+    radius = _parse_params(spec, arg, {"radius": float}).get("radius", 0.3)
+    _require(0 < radius < np.inf, spec, f"radius must be a positive number, got {radius}")
+    return radius
 
 
 def edge_file(spec: str | None) -> str | None:
@@ -298,27 +475,14 @@ def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_edges:
         if not arg:
             raise InputError("graph spec file: needs a path, as in file:EDGES.txt")
         edges = _read_edge_file(arg)
+    elif name in LOCAL_SPECS:
+        indptr, indices = _spec_rows(spec, m, np.arange(m), seed)
     else:
-        if name in ("ring", "path", "complete", "star") and arg:
-            raise InputError(f"graph spec {spec!r}: {name} takes no parameters")
-        if name == "ring":
-            graph = nx.cycle_graph(m)
-        elif name == "path":
-            graph = nx.path_graph(m)
-        elif name == "complete":
-            graph = nx.complete_graph(m)
-        elif name == "star":
-            graph = nx.star_graph(m - 1) if m > 1 else nx.empty_graph(m)
-        elif name == "torus":
-            graph = _torus(m, **_parse_params(spec, arg, {"rows": int}))
-        elif name == "er":
+        import networkx as nx               # er and ws only: a rank that builds its rows never loads it
+        if name == "er":
             p = _parse_params(spec, arg, {"p": float}).get("p", 0.2)
             _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
             graph = nx.gnp_random_graph(m, p, seed=seed)
-        elif name == "rgg":
-            radius = _parse_params(spec, arg, {"radius": float}).get("radius", 0.3)
-            _require(0 < radius < np.inf, spec, f"radius must be a positive number, got {radius}")
-            edges = random_geometric_edges(m, radius, seed)[0]
         elif name == "ws":
             params = _parse_params(spec, arg, {"k": int, "p": float})
             k = params.get("k", 4)
@@ -328,19 +492,23 @@ def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_edges:
             graph = nx.watts_strogatz_graph(m, k, p, seed=seed)
         else:
             raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
-        if name != "rgg":
-            edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
-    network = Network.from_edges(m, edges)
+        edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
+    network = Network.from_csr(m, indptr, indices) if name in LOCAL_SPECS else Network.from_edges(m, edges)
     if require_connected:
         require_connected_graph(network, f"graph {spec!r}")
     return network
 
 
+def not_connected(name: str, n_agents: int) -> str:
+    """The error of a disconnected graph: NK-means cannot reach agreement on it."""
+    return (f"{name} over {n_agents} agents is not connected: agents could never agree (use another seed, "
+            "a denser graph, or a connected edge list)")
+
+
 def require_connected_graph(network: Network, name: str) -> None:
-    """InputError for a disconnected graph: NK-means cannot reach agreement on it."""
+    """InputError for a disconnected graph."""
     if not network.is_connected():
-        raise InputError(f"{name} over {network.n_agents} agents is not connected: agents could never "
-                         "agree (use another seed, a denser graph, or a connected edge list)")
+        raise InputError(not_connected(name, network.n_agents))
 
 
 def graph_stats(network: Network) -> dict:
@@ -349,6 +517,7 @@ def graph_stats(network: Network) -> dict:
     stats = {"agents": network.n_agents, "edges": len(network.edges),
              "degree_min": int(degree.min()), "degree_max": int(degree.max()),
              "connected": network.is_connected()}
+    import networkx as nx
     graph = network.to_networkx()
     if network.n_agents < 2:
         stats.update(diameter=0, lambda_2=0.0)

@@ -23,7 +23,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from .graph import Network, concat_ranges
+from .graph import LocalGraph
 
 #: The index that marks a message's control row in `send_index` and `recv_ids`.
 CONTROL = -1
@@ -66,14 +66,13 @@ class HaloPlan:
     edge_b: np.ndarray
 
     @classmethod
-    def build(cls, network: Network, owner: np.ndarray, agents: np.ndarray, rank: int) -> HaloPlan:
-        """The plan of `rank`, which hosts `agents` (ascending global ids; owner[agents] == rank)
-        of `network`; owner : (M,) the rank of each agent."""
-        agents = np.asarray(agents, dtype=np.int64)
-        starts, stops = network.indptr[agents], network.indptr[agents + 1]
-        degree = stops - starts
+    def build(cls, graph: LocalGraph, owner: np.ndarray, rank: int) -> HaloPlan:
+        """The plan of `rank`, whose agents' rows of the graph are `graph` (owner[graph.agents]
+        == rank); owner : (M,) the rank of each agent."""
+        agents = graph.agents
+        degree = graph.degree
         source = np.repeat(np.arange(len(agents)), degree)          # block index of u
-        target = network.indices[concat_ranges(starts, stops)]     # global id of v, ascending per u
+        target = graph.indices                                     # global id of v, ascending per u
         target_rank = owner[target]
         remote = target_rank != rank
 

@@ -84,6 +84,14 @@ def network_seeding(rows: list[np.ndarray], network: Network, options: Options,
                     weights: list[np.ndarray | None] | None = None) -> np.ndarray:
     """--init network (nkmpi.seeding), agent by agent: every agent's summary joined with
     its children's, deepest tree level first, then the root's seeding."""
+    summary, root = root_summary(rows, network, options, weights)
+    return seed_from_summary(summary, options.n_clusters, options.n_init, options.seed, root)
+
+
+def root_summary(rows: list[np.ndarray], network: Network, options: Options,
+                 weights: list[np.ndarray | None] | None = None) -> tuple[np.ndarray, int]:
+    """The network seeding's summary merged up the spanning tree (rows of p means and a
+    weight), and the root that seeds from it."""
     weights = [None] * len(rows) if weights is None else weights
     k, seed = options.n_clusters, options.seed
     m, budget = summary_size(k), message_rows(k)
@@ -93,7 +101,7 @@ def network_seeding(rows: list[np.ndarray], network: Network, options: Options,
         own = summarize_rows(rows[a], row_weights(rows[a], weights[a]), m, MIN_GROUP, seed, a)
         joined = np.concatenate([own] + [merged[c] for c in tree.children(a)])
         merged[a] = reduce_summary(joined, m, budget, seed, a)
-    return seed_from_summary(merged[tree.root], k, options.n_init, seed, tree.root)
+    return merged[tree.root], tree.root
 
 
 def row_weights(rows: np.ndarray, weights: np.ndarray | None) -> np.ndarray:

@@ -55,6 +55,10 @@ def garbled_init(folder):
     (lambda d, t: ["run", d, "-k", 0], "clusters must be an integer in 1.."),
     (lambda d, t: ["run", d, "-k", 3, "--alpha", 1.5], "alpha must be in (0, 1]"),
     (lambda d, t: ["run", d, "-k", 3, "--graph", "er:p=0.01"], "not connected"),
+    (lambda d, t: ["run", d, "-k", 3, "--graph", "rgg:radius=0.01"], "graph 'rgg:radius=0.01' over 12 agents is not "
+                                                                      "connected"),
+    (lambda d, t: ["run", d, "-k", 3, "--graph", "rgg:radius=0.01", "--init", "flood"],     # decided by the ranks
+     "graph 'rgg:radius=0.01' over 12 agents is not connected"),
     (lambda d, t: ["run", d, "-k", 3, "--graph", "dataset"], "no graph/edges"),
     (lambda d, t: ["run", d, "-k", 3, "--bogus"], "unrecognized arguments"),
     (lambda d, t: ["run", d, "-k", 3, "--init", "file:" + str(t / "none.npy")], "no such file"),

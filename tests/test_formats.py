@@ -219,15 +219,21 @@ def test_read_result_refuses_a_damaged_file(tmp_path):
 
 def test_fingerprint_shares_add_up_alike_on_any_split():
     rows, network = points(), build_network("ring", 4)
+    splits = ((0, 1), (1, 3), (3, 4))
+    graph_whole = [network.rows(np.arange(4)).fingerprint_share()]
+    graph_shares = [network.rows(np.arange(a, b)).fingerprint_share() for a, b in splits]
     whole = checkpoint.combine_fingerprints([checkpoint.block_fingerprint(rows, OFFSETS, range(4))], OFFSETS,
-                                            network)
+                                            graph_whole)
     shares = [checkpoint.block_fingerprint(rows[OFFSETS[a]:OFFSETS[b]], OFFSETS[a:b + 1] - OFFSETS[a],
-                                           range(a, b)) for a, b in ((0, 1), (1, 3), (3, 4))]
-    assert checkpoint.combine_fingerprints(shares, OFFSETS, network) == whole
+                                           range(a, b)) for a, b in splits]
+    assert checkpoint.combine_fingerprints(shares, OFFSETS, graph_shares) == whole
     assert set(whole) == set(checkpoint.FINGERPRINTS)
     moved = checkpoint.block_fingerprint(rows, np.array([0, 4, 4, 7, 10]), range(4))
-    assert checkpoint.combine_fingerprints([moved], OFFSETS, network)["fingerprint_points"] != \
+    assert checkpoint.combine_fingerprints([moved], OFFSETS, graph_whole)["fingerprint_points"] != \
         whole["fingerprint_points"]
+    path = build_network("path", 4).rows(np.arange(4)).fingerprint_share()
+    assert checkpoint.combine_fingerprints([0], OFFSETS, [path])["fingerprint_graph"] != \
+        whole["fingerprint_graph"]
 
 
 def test_plain_attributes():

@@ -1,12 +1,18 @@
 """Graph specs, their cleaning, connectivity, statistics and placement on ranks."""
 
+from pathlib import Path
+
 import networkx as nx
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
 
+from conftest import run_script
 from nkmpi.errors import InputError
-from nkmpi.graph import (Network, block_placement, build_network, concat_ranges, graph_stats,
-                         random_geometric_edges)
+from nkmpi.graph import (Network, block_placement, build_network, concat_ranges, graph_stats, local_graph,
+                         rgg_positions)
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
 
 @pytest.mark.parametrize("spec,expected", [
@@ -26,7 +32,7 @@ def test_specs_build_the_networkx_graphs(spec, expected):
 
 def test_rgg_is_the_networkx_graph_of_its_positions_numbered_along_a_curve():
     network = build_network("rgg:radius=0.2", 300, seed=5)
-    edges, positions = random_geometric_edges(300, 0.2, seed=5)
+    positions = rgg_positions(300, seed=5)[0]
     expected = nx.random_geometric_graph(300, 0.2, pos=dict(enumerate(positions)))
     assert sorted(map(tuple, network.edges.tolist())) == sorted(tuple(sorted(e)) for e in expected.edges())
     # Locality: the first and second halves of the agents are compact regions,
@@ -121,3 +127,87 @@ def test_more_ranks_than_agents_is_an_error():
 def test_concat_ranges():
     starts, stops = np.array([5, 0, 2, 9]), np.array([7, 0, 5, 10])
     np.testing.assert_array_equal(concat_ranges(starts, stops), [5, 6, 2, 3, 4, 9])
+
+
+def independent_network(spec, n_agents, seed):
+    """The whole graph of `spec` built another way: by networkx, or for rgg by scipy's k-d
+    tree over the agents' positions; None when torus rows do not divide the agents."""
+    name, _, arg = spec.partition(":")
+    value = float(arg.partition("=")[2]) if arg else None
+    if name == "rgg":
+        edges = cKDTree(rgg_positions(n_agents, seed)[0]).query_pairs(value, output_type="ndarray")
+    elif name == "torus":
+        rows = int(value) if arg else max(d for d in range(1, int(np.sqrt(n_agents)) + 1) if n_agents % d == 0)
+        if n_agents % rows:
+            return None
+        cols = n_agents // rows
+        edges = [(a * cols + b, c * cols + d) for (a, b), (c, d) in
+                 nx.grid_2d_graph(rows, cols, periodic=True).edges()]
+    else:
+        graph = {"ring": nx.cycle_graph, "path": nx.path_graph, "complete": nx.complete_graph,
+                 "star": lambda m: nx.star_graph(m - 1) if m > 1 else nx.empty_graph(m),
+                 "er": lambda m: nx.gnp_random_graph(m, value, seed=seed)}[name](n_agents)
+        edges = list(graph.edges())
+    return Network.from_edges(n_agents, np.array(edges, dtype=np.int64).reshape(-1, 2))
+
+
+@pytest.mark.parametrize("spec", ["ring", "path", "star", "complete", "torus", "torus:rows=2", "torus:rows=1",
+                                  "rgg:radius=0.3", "rgg:radius=0.05", "rgg:radius=0.7", "rgg:radius=3", "er:p=0.4"])
+@pytest.mark.parametrize("n_agents", [1, 2, 3, 5, 12, 30, 257])
+def test_local_rows_are_the_whole_graphs_rows(spec, n_agents):
+    """A rank's rows, built without the rest of the graph, are the rows of the whole graph
+    built another way (networkx, or a k-d tree for rgg), for blocks, scattered agents and no
+    agents; and so is the whole Network."""
+    whole = independent_network(spec, n_agents, seed=4)
+    if whole is None:                              # torus rows that do not divide the agents
+        with pytest.raises(InputError, match="does not divide"):
+            local_graph(spec, n_agents, np.arange(n_agents), seed=4)
+        return
+    if whole.is_connected():
+        np.testing.assert_array_equal(build_network(spec, n_agents, seed=4).edges, whole.edges)
+    rng = np.random.default_rng(n_agents)
+    for agents in (np.arange(n_agents), np.arange(n_agents // 3, n_agents // 2), np.zeros(0, np.int64),
+                   np.sort(rng.choice(n_agents, (n_agents + 1) // 2, replace=False))):
+        try:
+            rows, connected = local_graph(spec, n_agents, agents, seed=4)
+        except InputError as exc:                  # a source built whole refuses a disconnected graph
+            assert not whole.is_connected() and "not connected" in str(exc)
+            continue
+        expected = whole.rows(agents)
+        np.testing.assert_array_equal(rows.agents, agents)
+        np.testing.assert_array_equal(rows.indptr, expected.indptr)
+        np.testing.assert_array_equal(rows.indices, expected.indices)
+        assert whole.is_connected() or not connected
+
+
+@pytest.mark.parametrize("n_agents,radius", [(20_000, 0.013), (5_000, 0.0004), (3_000, 0.5)])
+def test_local_rgg_rows_are_the_k_d_trees_at_scale(n_agents, radius):
+    """Many cells of the search grid (64 x 64 here), rows cut anywhere; a radius far below
+    the cells' width; and one that puts every agent in the 3 x 3 cells around any one."""
+    whole = independent_network(f"rgg:radius={radius}", n_agents, seed=2)
+    agents = np.arange(n_agents // 5, 3 * n_agents // 4)
+    rows, connected = local_graph(f"rgg:radius={radius}", n_agents, agents, seed=2)
+    expected = whole.rows(agents)
+    assert not connected                           # random: the ranks check it (nkmpi.connectivity)
+    np.testing.assert_array_equal(rows.indptr, expected.indptr)
+    np.testing.assert_array_equal(rows.indices, expected.indices)
+
+
+def test_fingerprint_share_counts_every_edge_and_its_ends():
+    """Shares of any split add up to the whole's; another graph of as many edges differs."""
+    ring, path = build_network("ring", 9), build_network("path", 10)
+    whole = ring.rows(np.arange(9)).fingerprint_share()
+    assert sum(ring.rows(np.arange(a, b)).fingerprint_share() for a, b in ((0, 2), (2, 7), (7, 9))) % 2**64 == whole
+    assert path.rows(np.arange(10)).fingerprint_share() != whole
+    moved = Network.from_edges(9, np.vstack([ring.edges[1:], [[0, 2]]]))
+    assert moved.rows(np.arange(9)).fingerprint_share() != whole
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n_ranks", [1, 2, 3])
+def test_ranks_decide_connectivity_as_the_whole_graph_does(n_ranks):
+    """nkmpi.connectivity on each rank's rows against Network.is_connected, over graphs
+    connected or not and placements in blocks or scattered (tests/mpi_scripts/connectivity.py)."""
+    proc = run_script(n_ranks, SCRIPTS / "connectivity.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "graphs checked: 120" in proc.stdout, proc.stdout

@@ -11,7 +11,7 @@ from nkmpi.halo import CONTROL, HaloPlan, rank_graph_diameter
 
 def all_plans(network, owner):
     n_ranks = int(owner.max()) + 1 if len(owner) else 1
-    return [HaloPlan.build(network, owner, np.flatnonzero(owner == r), r) for r in range(n_ranks)]
+    return [HaloPlan.build(network.rows(np.flatnonzero(owner == r)), owner, r) for r in range(n_ranks)]
 
 
 def ext_ids(plan):

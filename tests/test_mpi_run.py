@@ -12,8 +12,8 @@ from nkmpi.reference import simulate
 
 pytestmark = pytest.mark.mpi
 
-GRAPHS = ["ring", "torus", "er:p=0.3", "star"]
-SEED = 1                                   # er:p=0.3 over 12 agents is connected for seed 1
+GRAPHS = ["ring", "torus", "er:p=0.3", "star", "rgg:radius=0.5"]
+SEED = 1                                   # er:p=0.3 and rgg:radius=0.5 over 12 agents are connected for seed 1
 
 
 @pytest.fixture(scope="module")

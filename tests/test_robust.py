@@ -91,7 +91,7 @@ def test_stop_agreement_through_neighbours_only(spec, n_ranks, asked_at):
     asked_at[r] on, or never)."""
     network = build_network(spec, 12, seed=1)
     owner = np.repeat(np.arange(n_ranks), np.diff(np.linspace(0, 12, n_ranks + 1).astype(int)))
-    neighbours = [HaloPlan.build(network, owner, np.flatnonzero(owner == r), r).ranks for r in range(n_ranks)]
+    neighbours = [HaloPlan.build(network.rows(np.flatnonzero(owner == r)), owner, r).ranks for r in range(n_ranks)]
     hops = rank_graph_diameter(neighbours)
     iteration = 0
     stops = [StopAgreement(lambda r=r: asked_at[r] is not None and iteration >= asked_at[r], hops)

@@ -24,8 +24,6 @@ from .hdf5 import CENTERS, INITIAL_CENTERS, opened, plain, read_metrics, write_s
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-    from ..graph import Network
-
 FORMAT, VERSION = "nkmpi-checkpoint", 1
 LABELS = "labels"
 #: 1 in a checkpoint written because a stop request ended the run, 0 in one written while it
@@ -34,6 +32,7 @@ INTERRUPTED = "interrupted"
 #: The parts of a run's input that a checkpoint's fingerprint covers, as named to the user.
 FINGERPRINTS = {"fingerprint_points": "the points", "fingerprint_offsets": "the agents' rows (offsets)",
                 "fingerprint_graph": "the graph's edges"}
+GRAPH_FINGERPRINT = "fingerprint_graph"
 
 
 def write_checkpoint(path: str | os.PathLike, comm: MPI.Comm | None, *, run_id: str, n_agents: int,
@@ -95,15 +94,21 @@ def block_fingerprint(rows: np.ndarray, offsets: np.ndarray, agents: Iterable[in
     return total % 2**64
 
 
-def combine_fingerprints(shares: Iterable[int], offsets: np.ndarray, network: Network) -> dict:
+def combine_fingerprints(point_shares: Iterable[int], offsets: np.ndarray, graph_shares: Iterable[int]) -> dict:
     """The fingerprint attributes of a run: the points (the ranks' `block_fingerprint`
-    shares added), the agent offsets and the graph's edges, as hex strings."""
-    def digest(*arrays):
-        h = hashlib.blake2b(digest_size=8)
-        for array in arrays:
-            h.update(np.ascontiguousarray(array, dtype="<i8"))
-        return h.hexdigest()
+    shares added), the agent offsets and the graph (the ranks' LocalGraph.fingerprint_share
+    added), as hex strings."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(np.ascontiguousarray(offsets, dtype="<i8"))
+    return {"fingerprint_points": f"{sum(point_shares) % 2**64:016x}",
+            "fingerprint_offsets": h.hexdigest(),
+            GRAPH_FINGERPRINT: f"{sum(graph_shares) % 2**64:016x}"}
 
-    return {"fingerprint_points": f"{sum(shares) % 2**64:016x}",
-            "fingerprint_offsets": digest(offsets),
-            "fingerprint_graph": digest(network.indptr, network.indices)}
+
+def earlier_graph_fingerprint(indptr: np.ndarray, indices: np.ndarray) -> str:
+    """The graph fingerprint of checkpoints written before ranks built their own rows: a
+    64-bit BLAKE2b digest of the whole graph's CSR.  Such a checkpoint still resumes."""
+    h = hashlib.blake2b(digest_size=8)
+    for array in (indptr, indices):
+        h.update(np.ascontiguousarray(array, dtype="<i8"))
+    return h.hexdigest()

@@ -37,7 +37,7 @@ bounds = block_placement(sizes, comm.Get_size())
 first, stop = bounds[rank], bounds[rank + 1]
 mine = points[offsets[first]:offsets[stop]]
 centers = driver.network_seeding(comm, mine, kernels.UNWEIGHTED, offsets[first:stop + 1] - offsets[first],
-                                 np.arange(first, stop), network, owners_from_bounds(bounds), options)
+                                 np.arange(first, stop), lambda: network, owners_from_bounds(bounds), options)
 smallest = min((rows[:, -1].min() for rows in sent if len(rows)), default=np.inf)
 smallest = comm.allreduce(smallest, op=MPI.MIN)
 messages = comm.allreduce(len(sent))

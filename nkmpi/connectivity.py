@@ -1,0 +1,92 @@
+"""Whether the agent graph is connected, decided by the ranks together from their own rows.
+
+NK-means cannot reach agreement on a disconnected graph, so a run refuses one before it
+starts.  A graph built whole (graph.network_of) is checked where it is built; one built
+rank by rank (graph.local_graph) is checked here, without any rank holding the rest:
+
+- each rank joins its agents along the edges inside its block (union-find) into pieces,
+  each named by its lowest agent id;
+- it asks the ranks hosting its ghosts (neighbours on other ranks) which pieces those are
+  in (two all-to-all messages);
+- rank 0 receives every rank's piece names and the pairs of pieces its cut edges join,
+  and joins them: the graph is connected when one piece is left.
+
+Rank 0 receives as many numbers as there are pieces and distinct pairs of joined pieces:
+a few per neighbour rank when the placement keeps neighbours together, never O(M + E).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+from numba import njit
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from .graph import LocalGraph
+
+
+@njit(cache=True, nogil=True)
+def _pieces(n, ends_a, ends_b):
+    """Union-find over 0..n-1 joined along the edges (ends_a[e], ends_b[e]): each index's
+    root, the lowest index of its piece."""
+    root = np.arange(n)
+    for e in range(len(ends_a)):
+        a, b = ends_a[e], ends_b[e]
+        while root[a] != a:
+            root[a] = root[root[a]]
+            a = root[a]
+        while root[b] != b:
+            root[b] = root[root[b]]
+            b = root[b]
+        if a < b:
+            root[b] = a
+        elif b < a:
+            root[a] = b
+    for i in range(n):                      # roots are lower than their children: one sweep
+        root[i] = root[root[i]]
+    return root
+
+
+def _counts_displs(counts):
+    counts = np.asarray(counts, dtype=np.int64)
+    return counts, np.cumsum(counts) - counts
+
+
+def is_connected(comm: MPI.Comm, graph: LocalGraph, owner: np.ndarray) -> bool:
+    """Whether the graph whose rows the ranks hold is connected; collective over `comm`, the
+    same answer on every rank.  graph : this rank's rows; owner : (M,) the rank of each agent."""
+    size = comm.Get_size()
+    agents = graph.agents
+    sources = np.repeat(np.arange(len(agents)), graph.degree)
+    targets = graph.indices
+    at = np.minimum(np.searchsorted(agents, targets), max(len(agents) - 1, 0))
+    inside = agents[at] == targets if len(agents) else np.zeros(len(targets), bool)
+    piece = agents[_pieces(len(agents), sources[inside], at[inside])]     # lowest agent id of each one's piece
+
+    ghosts, ghost_of_edge = np.unique(targets[~inside], return_inverse=True)
+    by_owner = np.argsort(owner[ghosts], kind="stable")
+    ask_counts, ask_displs = _counts_displs(np.bincount(owner[ghosts], minlength=size))
+    asked_counts = np.empty(size, dtype=np.int64)
+    comm.Alltoall(ask_counts, asked_counts)
+    asked_counts, asked_displs = _counts_displs(asked_counts)
+    asked = np.empty(asked_counts.sum(), dtype=np.int64)
+    comm.Alltoallv([ghosts[by_owner], ask_counts, ask_displs, MPI.INT64_T],
+                   [asked, asked_counts, asked_displs, MPI.INT64_T])
+    answers = piece[np.searchsorted(agents, asked)]
+    ghost_piece = np.empty(len(ghosts), dtype=np.int64)
+    received = np.empty(len(ghosts), dtype=np.int64)
+    comm.Alltoallv([answers, asked_counts, asked_displs, MPI.INT64_T],
+                   [received, ask_counts, ask_displs, MPI.INT64_T])
+    ghost_piece[by_owner] = received
+
+    joined = np.unique(np.stack([piece[sources[~inside]], ghost_piece[ghost_of_edge]], axis=1), axis=0)
+    gathered = comm.gather((np.unique(piece), joined), root=0)
+    connected = None
+    if comm.Get_rank() == 0:
+        names = np.unique(np.concatenate([names for names, _ in gathered]))
+        pairs = np.concatenate([pairs for _, pairs in gathered]).reshape(-1, 2)
+        ends = np.searchsorted(names, pairs)
+        links = coo_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(len(names), len(names)))
+        connected = connected_components(links, directed=False, return_labels=False) <= 1
+    return bool(comm.bcast(connected, root=0))
