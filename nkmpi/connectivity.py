@@ -12,7 +12,8 @@ rank by rank (graph.local_graph) is checked here, without any rank holding the r
   and joins them: the graph is connected when one piece is left.
 
 Rank 0 receives as many numbers as there are pieces and distinct pairs of joined pieces:
-a few per neighbour rank when the placement keeps neighbours together, never O(M + E).
+a few per neighbour rank when the placement keeps neighbours together (contiguous blocks of
+a ring, a torus, a Morton-numbered rgg); up to one per agent when it scatters them.
 """
 
 from __future__ import annotations

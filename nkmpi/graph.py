@@ -369,12 +369,22 @@ def _rgg_rows(positions, cell_start, level, agents, radius):
     return indptr, indices
 
 
+def rgg_level(n_agents: int, radius: float) -> int:
+    """The level of the grid of Morton cells the rgg search uses: cells of side 2**-level at
+    least `radius` wide (so every neighbour is in the 3 x 3 cells around an agent's own),
+    not many more of them than agents, and at most RGG_MAX_LEVEL."""
+    level = int(min(RGG_MAX_LEVEL, np.ceil(np.log2(max(n_agents, 1)) / 2),
+                    np.floor(-np.log2(radius)) if radius < 1 else 0))
+    while level > 0 and 2.0 ** -level < radius:       # log2's rounding just above a power of two
+        level -= 1
+    return max(level, 0)
+
+
 def _rgg_local_rows(n_agents, agents, radius, seed):
     """(indptr, indices) of `agents` in rgg:radius over `n_agents`: every rank draws the
     positions (16 bytes an agent), then searches only its own agents' neighbourhoods."""
     positions, codes = rgg_positions(n_agents, seed)
-    # Cells at least `radius` wide, and not many more than agents.
-    level = int(np.clip(np.floor(-np.log2(radius)), 0, min(RGG_MAX_LEVEL, np.ceil(np.log2(n_agents) / 2))))
+    level = rgg_level(n_agents, radius)
     coarse = codes >> np.uint64(2 * (16 - level))
     cell_start = np.searchsorted(coarse, np.arange(4 ** level + 1, dtype=np.uint64)).astype(np.int64)
     del codes, coarse

@@ -80,36 +80,37 @@ def session_base() -> Path:
     return Path("/tmp")
 
 
-def remove_dead_sessions() -> None:
+def remove_dead_sessions(becoming_the_launcher: bool = False) -> None:
     """Remove the session directories `ompi.PID` of this user's Open MPI launchers that are no
     longer running.  A launcher that was killed leaves its own, and Open MPI 5 refuses to start
     a launcher whose process id finds one ("The PMIx server's listener thread failed to start",
     exit 213; openpmix/openpmix#4022, fixed after the PMIx that Open MPI 5.0 carries).  Where
-    process ids wrap around quickly that turns one kill into a failed job later.  This process's
-    own id counts as dead: it is not a launcher yet, though it may become one by exec."""
+    process ids wrap around quickly that turns one kill into a failed job later.  With
+    `becoming_the_launcher` (this process execs it next) its own id's directory goes too.
+    Whether a launcher runs is asked of this node's processes: TMPDIR must be node-local, as
+    Open MPI requires of it anyway."""
     try:
         entries = list(session_base().glob("ompi.*"))
     except OSError:
         return
     for entry in entries:
         pid = entry.name.removeprefix("ompi.")
-        if not pid.isdigit():
+        if not (pid.isascii() and pid.isdigit()):
             continue
         try:
             info = entry.lstat()
         except OSError:
             continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not _running(int(pid)):
+        dead = not _running(int(pid)) or (becoming_the_launcher and int(pid) == os.getpid())
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and dead:
             shutil.rmtree(entry, ignore_errors=True)
 
 
 def _running(pid: int) -> bool:
-    """Whether another process with this id exists (one of another user's counts)."""
-    if pid == os.getpid():
-        return False
+    """Whether a process with this id exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         pass
@@ -124,16 +125,18 @@ def mpi_env() -> dict:
     return env
 
 
-def launch_command(n_ranks: int, args: list, launcher: str = "mpiexec") -> list[str]:
+def launch_command(n_ranks: int, args: list, launcher: str = "mpiexec", becoming_the_launcher: bool = False
+                   ) -> list[str]:
     """The command that runs `args` on `n_ranks` ranks: `mpiexec [its flags] -n R ARGS`, or
     inside a SLURM allocation `srun` with one CPU per rank, through PMI-2.  Before an Open MPI
-    launch, the session directories dead launchers left are removed (remove_dead_sessions)."""
+    launch, the session directories dead launchers left are removed (remove_dead_sessions;
+    `becoming_the_launcher` when this process execs the command next)."""
     if launcher == "srun":
         start = ["srun", f"--ntasks={n_ranks}", "--cpus-per-task=1", "--mpi=pmi2"]
     else:
         mpiexec = mpiexec_path()
         if implementation(mpiexec) == "openmpi":
-            remove_dead_sessions()
+            remove_dead_sessions(becoming_the_launcher)
         start = [mpiexec, *mpiexec_flags(mpiexec), "-n", str(n_ranks)]
     return start + [str(a) for a in args]
 
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.ranks < 1:
             raise InputError(f"-n must be at least 1, got {args.ranks}")
-        command = launch_command(args.ranks, args.command, args.launcher)
+        command = launch_command(args.ranks, args.command, args.launcher, becoming_the_launcher=True)
     except (InputError, FileNotFoundError) as exc:
         print(f"nkmpi: error: {exc}", file=sys.stderr)
         return 2

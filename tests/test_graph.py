@@ -9,8 +9,8 @@ from scipy.spatial import cKDTree
 
 from conftest import run_script
 from nkmpi.errors import InputError
-from nkmpi.graph import (Network, block_placement, build_network, concat_ranges, graph_stats, local_graph,
-                         rgg_positions)
+from nkmpi.graph import (RGG_MAX_LEVEL, Network, block_placement, build_network, concat_ranges, graph_stats,
+                         local_graph, rgg_level, rgg_positions)
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -191,6 +191,25 @@ def test_local_rgg_rows_are_the_k_d_trees_at_scale(n_agents, radius):
     assert not connected                           # random: the ranks check it (nkmpi.connectivity)
     np.testing.assert_array_equal(rows.indptr, expected.indptr)
     np.testing.assert_array_equal(rows.indices, expected.indices)
+
+
+@pytest.mark.parametrize("n_agents", [0, 1, 2, 5, 10**3, 10**8])
+def test_rgg_cells_are_never_narrower_than_the_radius(n_agents):
+    """Every neighbour lies in the 3 x 3 cells around an agent's own only if a cell is at
+    least the radius wide (or one cell is the whole square): also for radii a rounding away
+    from a power of two, where log2 rounds to the next level.  The finest such level, unless
+    it would give more cells than 4 x the agents or pass RGG_MAX_LEVEL."""
+    fewest = 0
+    while 4**fewest < n_agents:                     # the fewest levels with a cell for each agent
+        fewest += 1
+    for k in range(RGG_MAX_LEVEL + 2):
+        for radius in (2.0**-k, 2.0**-k * (1 + 2**-52), 2.0**-k * (1 - 2**-53), 0.75 * 2.0**-k):
+            widest = 0
+            while 2.0**-(widest + 1) >= radius:
+                widest += 1
+            level = rgg_level(n_agents, radius)
+            assert level == 0 or 2.0**-level >= radius
+            assert level == min(widest, fewest, RGG_MAX_LEVEL), (radius, level)
 
 
 def test_fingerprint_share_counts_every_edge_and_its_ends():

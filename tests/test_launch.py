@@ -119,7 +119,8 @@ def leave_session(tmpdir, pid):
 def test_sessions_of_dead_open_mpi_launchers_are_removed(tmp_path, monkeypatch, version, name):
     """Open MPI 5's launcher cannot start where a dead one of the same process id left its
     session directory (openpmix/openpmix#4022): an Open MPI launch removes those of dead
-    processes and of this one (about to become the launcher when it execs), no other."""
+    processes, and this process's own only when it becomes the launcher (python -m
+    nkmpi.launch execs it); no other, and no stray name stops it."""
     sessions = tmp_path / "tmp"
     sessions.mkdir()
     monkeypatch.setenv("TMPDIR", str(sessions))
@@ -129,17 +130,21 @@ def test_sessions_of_dead_open_mpi_launchers_are_removed(tmp_path, monkeypatch, 
     with subprocess.Popen(["sleep", "60"]) as running:
         try:
             dead = leave_session(sessions, finished.pid)
+            impossible = leave_session(sessions, 10**20)
             own = leave_session(sessions, os.getpid())
             alive = leave_session(sessions, running.pid)
-            other = [sessions / "ompi.vm.0", sessions / "ompi.12ab", sessions / "openmpi-sessions-0"]
+            other = [sessions / "ompi.vm.0", sessions / "ompi.12ab", sessions / "ompi.\u00b2",
+                     sessions / "openmpi-sessions-0"]
             for folder in other:
                 folder.mkdir()
             launch.launch_command(2, ["nkmpi"])
+            removed = name == "openmpi"
+            assert dead.exists() != removed and impossible.exists() != removed
+            assert own.exists() and alive.exists() and all(folder.exists() for folder in other)
+            launch.launch_command(2, ["nkmpi"], becoming_the_launcher=True)
+            assert own.exists() != removed and alive.exists()
         finally:
             running.kill()
-    removed = name == "openmpi"
-    assert dead.exists() != removed and own.exists() != removed
-    assert alive.exists() and all(folder.exists() for folder in other)
 
 
 @pytest.mark.mpi
