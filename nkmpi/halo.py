@@ -68,37 +68,51 @@ class HaloPlan:
     @classmethod
     def build(cls, graph: LocalGraph, owner: np.ndarray, rank: int) -> HaloPlan:
         """The plan of `rank`, whose agents' rows of the graph are `graph` (owner[graph.agents]
-        == rank); owner : (M,) the rank of each agent."""
-        agents = graph.agents
-        degree = graph.degree
-        source = np.repeat(np.arange(len(agents)), degree)          # block index of u
-        target = graph.indices                                     # global id of v, ascending per u
+        == rank); owner : (M,) the rank of each agent.  Only the entries that name a ghost
+        are sorted (by rank, then id); the others find their row by their id alone."""
+        agents, target = graph.agents, graph.indices               # target: global id of v, ascending per u
+        n_local = len(agents)
+        source = np.repeat(np.arange(n_local), graph.degree)       # block index of u
         target_rank = owner[target]
-        remote = target_rank != rank
+        remote = np.flatnonzero(target_rank != rank)
+        if n_local and agents[-1] - agents[0] + 1 == n_local:      # a block: rows by subtraction
+            ext_row = target - agents[0]
+        else:
+            ext_row = np.searchsorted(agents, target)
 
-        ranks = np.unique(target_rank[remote])
-        send_lists, recv_lists = [], []
-        for q in ranks:
-            to_q = remote & (target_rank == q)
-            send_lists.append(np.unique(source[to_q]))
-            recv_lists.append(np.unique(target[to_q]))
-        control = np.array([CONTROL])
-        send_index = np.concatenate([np.zeros(0, np.int64)] + [np.concatenate([s, control]) for s in send_lists])
-        recv_ids = np.concatenate([np.zeros(0, np.int64)] + [np.concatenate([r, control]) for r in recv_lists])
-        send_counts = np.array([len(s) + 1 for s in send_lists], dtype=np.int64)
-        recv_counts = np.array([len(r) + 1 for r in recv_lists], dtype=np.int64)
+        # The ghosts, each once, by rank then id; each message ends with its control row.
+        ghost_rank, ghost_id = target_rank[remote], target[remote]
+        by_ghost = np.lexsort((ghost_id, ghost_rank))
+        first = np.ones(len(remote), dtype=bool)
+        first[1:] = (np.diff(ghost_rank[by_ghost]) != 0) | (np.diff(ghost_id[by_ghost]) != 0)
+        recv_rank, recv_plain = ghost_rank[by_ghost][first], ghost_id[by_ghost][first]
+        ranks, recv_plain_counts = np.unique(recv_rank, return_counts=True)
+        messages = np.searchsorted(ranks, recv_rank)                # each ghost's message
+        ghost_row = np.cumsum(first) - 1                             # each sorted entry's ghost
+        ext_row[remote[by_ghost]] = n_local + ghost_row + messages[ghost_row]   # + the controls before
+        recv_counts = recv_plain_counts + 1
+        recv_displs = np.cumsum(recv_counts) - recv_counts
+        recv_ids = np.full(recv_counts.sum(), CONTROL, dtype=np.int64)
+        recv_ids[np.arange(len(recv_plain)) + messages] = recv_plain
 
-        ext_ids = np.concatenate([agents, recv_ids])
-        order = np.argsort(ext_ids, kind="stable")
-        ext_row = order[np.searchsorted(ext_ids[order], target)]
+        # What goes out: each block agent with a neighbour on q, once, ascending, per rank.
+        sent_rank, sent_source = ghost_rank, source[remote]
+        by_sent = np.lexsort((sent_source, sent_rank))
+        first = np.ones(len(remote), dtype=bool)
+        first[1:] = (np.diff(sent_rank[by_sent]) != 0) | (np.diff(sent_source[by_sent]) != 0)
+        send_rank, send_plain = sent_rank[by_sent][first], sent_source[by_sent][first]
+        send_messages = np.searchsorted(ranks, send_rank)
+        send_counts = np.bincount(send_messages, minlength=len(ranks)).astype(np.int64) + 1
+        send_index = np.full(send_counts.sum(), CONTROL, dtype=np.int64)
+        send_index[np.arange(len(send_plain)) + send_messages] = send_plain
+
         lower = agents[source] < target
         return cls(rank=int(rank), agents=agents, ranks=ranks.astype(np.int64), send_index=send_index,
                    send_counts=send_counts, send_displs=np.cumsum(send_counts) - send_counts, recv_ids=recv_ids,
-                   recv_counts=recv_counts, recv_displs=np.cumsum(recv_counts) - recv_counts,
-                   control_rows=len(agents) + np.flatnonzero(recv_ids == CONTROL),
-                   nbr_ptr=np.concatenate([[0], np.cumsum(degree)]).astype(np.int64),
-                   nbr_idx=ext_row.astype(np.int64), nbr_ids=target, edge_a=source[lower],
-                   edge_b=ext_row[lower].astype(np.int64))
+                   recv_counts=recv_counts.astype(np.int64), recv_displs=recv_displs.astype(np.int64),
+                   control_rows=n_local + np.flatnonzero(recv_ids == CONTROL),
+                   nbr_ptr=graph.indptr.astype(np.int64), nbr_idx=ext_row.astype(np.int64, copy=False),
+                   nbr_ids=target, edge_a=source[lower], edge_b=ext_row[lower])
 
     @property
     def n_local(self) -> int:
