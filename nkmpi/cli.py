@@ -31,6 +31,10 @@ EXIT_FAILURE = 1
 #: Seconds a rank that stops because another failed (RankFailed) leaves that rank to report
 #: and abort the job before it aborts it itself: its own end could cut that message short.
 ABORT_GRACE = 30
+#: Seconds a rank that reports a failure leaves its launcher to pass the message on before it
+#: aborts the job: the abort kills the launcher's forwarding too, and on a loaded node it
+#: did before the message was out (an empty stderr, one CI run in dozens).
+REPORT_GRACE = 3
 
 
 def state_status():
@@ -219,6 +223,7 @@ def main_mpi(argv):
                 print(f"nkmpi: error: {exc}", file=sys.stderr, flush=True)
             return EXIT_INPUT_ERROR
         print(f"nkmpi: error: {exc} (rank {rank})", file=sys.stderr, flush=True)
+        time.sleep(REPORT_GRACE)
         comm.Abort(EXIT_INPUT_ERROR)
     except RankFailed:                    # another rank failed; it reports and aborts
         time.sleep(ABORT_GRACE)
@@ -229,4 +234,5 @@ def main_mpi(argv):
         detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         print(f"nkmpi: error: rank {rank} failed: {exc!r}\n{detail}",
               file=sys.stderr, flush=True)
+        time.sleep(REPORT_GRACE)
         comm.Abort(EXIT_FAILURE)
