@@ -258,10 +258,31 @@ def startup(rows):
                  "<="))
 
 
+def sensor_radius(n_agents):
+    """The rgg radius that keeps the sensor networks' mean degree at about 28 at any size."""
+    return 0.003 * (1_000_000 / n_agents) ** 0.5
+
+
+def write_blobs(path, n_agents, per, p, seed):
+    """n_agents agents of `per` rows each: 8 unit Gaussian blobs, means in [-10, 10]^p."""
+    rng = np.random.default_rng(seed)
+    means = rng.uniform(-10, 10, (8, p))
+    points = means[rng.integers(8, size=n_agents * per)] + rng.standard_normal((n_agents * per, p))
+    write_dataset_rows(path, points.shape, np.float64, np.arange(n_agents + 1, dtype=np.int64) * per,
+                       [(0, points, None)])
+
+
+def flood_run(n_ranks, data, radius, result):
+    """`nkmpi run` of targets 9 and 10: K = 4, --init flood, 2 iterations; the result's attributes."""
+    mpi(n_ranks, BIN / "nkmpi", "run", data, "-k", 4, "--init", "flood", "--graph", f"rgg:radius={radius:.6g}",
+        "--iters", 2, "--quiet", "--out", result)
+    return read_result(result)["attrs"]
+
+
 def sensor_network(rows, sizes, folder):
     """Target 6.  The radius keeps the graph's mean degree (about 28) at any number of agents."""
     n_agents, per, p = sizes.sensor_agents, 16, 8
-    radius = 0.003 * (1_000_000 / n_agents) ** 0.5
+    radius = sensor_radius(n_agents)
     data, result = folder / "sensors.h5", folder / "sensors.result.h5"
     rng = np.random.default_rng(2)
     means = rng.uniform(-10, 10, (8, p))
@@ -485,19 +506,12 @@ def spread_over_ranks(rows, sizes, folder):
     no agent has the 5 points a group of the network seeding needs; the sensor network's
     graph: mean degree about 28).  Each rank builds only its agents' rows of the graph."""
     n_agents, per, p = sizes.spread_agents, 4, 4
-    radius = 0.003 * (1_000_000 / n_agents) ** 0.5
+    radius = sensor_radius(n_agents)
     data = folder / "spread.h5"
-    rng = np.random.default_rng(9)
-    means = rng.uniform(-10, 10, (8, p))
-    points = means[rng.integers(8, size=n_agents * per)] + rng.standard_normal((n_agents * per, p))
-    write_dataset_rows(data, points.shape, np.float64, np.arange(n_agents + 1, dtype=np.int64) * per,
-                       [(0, points, None)])
+    write_blobs(data, n_agents, per, p, seed=9)
     measured = {}
     for n_ranks in (1, 4):
-        result = folder / f"spread-{n_ranks}.result.h5"
-        mpi(n_ranks, BIN / "nkmpi", "run", data, "-k", 4, "--init", "flood", "--graph", f"rgg:radius={radius:.6g}",
-            "--iters", 2, "--quiet", "--out", result)
-        attrs = read_result(result)["attrs"]
+        attrs = flood_run(n_ranks, data, radius, folder / f"spread-{n_ranks}.result.h5")
         measured[n_ranks] = (attrs["seconds_setup"], float(np.max(attrs["rank_peak_resident_bytes"])))
     name = f"9 {n_agents:,} agents (rgg, {per} points each) on 4 ranks against 1"
     (setup_1, resident_1), (setup_4, resident_4) = measured[1], measured[4]
@@ -516,16 +530,8 @@ def scale(rows, sizes, folder):
     for n_agents, n_ranks in sizes.scale_runs:
         data = folder / f"scale-{n_agents}.h5"
         if not data.exists():
-            rng = np.random.default_rng(10)
-            means = rng.uniform(-10, 10, (8, 4))
-            points = means[rng.integers(8, size=n_agents * 4)] + rng.standard_normal((n_agents * 4, 4))
-            write_dataset_rows(data, points.shape, np.float64, np.arange(n_agents + 1, dtype=np.int64) * 4,
-                               [(0, points, None)])
-        radius = 0.003 * (1_000_000 / n_agents) ** 0.5
-        result = folder / f"scale-{n_agents}-{n_ranks}.result.h5"
-        mpi(n_ranks, BIN / "nkmpi", "run", data, "-k", 4, "--init", "flood", "--graph", f"rgg:radius={radius:.6g}",
-            "--iters", 2, "--quiet", "--out", result)
-        attrs = read_result(result)["attrs"]
+            write_blobs(data, n_agents, 4, 4, seed=10)
+        attrs = flood_run(n_ranks, data, sensor_radius(n_agents), folder / f"scale-{n_agents}-{n_ranks}.result.h5")
         measured[n_agents, n_ranks] = (float(attrs["seconds_setup"]), float(np.max(attrs["rank_peak_resident_bytes"])))
         name = f"10 scale {n_agents:,} agents (rgg, 4 points each) on {n_ranks} ranks"
         rows.append((f"{name}: set-up seconds", measured[n_agents, n_ranks][0], None, None, None, "info"))

@@ -80,36 +80,21 @@ class HaloPlan:
         else:
             ext_row = np.searchsorted(agents, target)
 
-        # The ghosts, each once, by rank then id; each message ends with its control row.
-        ghost_rank, ghost_id = target_rank[remote], target[remote]
-        by_ghost = np.lexsort((ghost_id, ghost_rank))
-        first = np.ones(len(remote), dtype=bool)
-        first[1:] = (np.diff(ghost_rank[by_ghost]) != 0) | (np.diff(ghost_id[by_ghost]) != 0)
-        recv_rank, recv_plain = ghost_rank[by_ghost][first], ghost_id[by_ghost][first]
-        ranks, recv_plain_counts = np.unique(recv_rank, return_counts=True)
-        messages = np.searchsorted(ranks, recv_rank)                # each ghost's message
+        # The ghosts received, each once, by rank then id; what goes out, each block agent
+        # with a neighbour on q once, ascending, per rank.  Each message ends with its control row.
+        ghost_rank = target_rank[remote]
+        by_ghost, first = _distinct_by_rank(ghost_rank, target[remote])
+        ranks = np.unique(ghost_rank)
+        recv_ids, recv_counts, messages = _messages(ranks, ghost_rank[by_ghost][first], target[remote][by_ghost][first])
         ghost_row = np.cumsum(first) - 1                             # each sorted entry's ghost
         ext_row[remote[by_ghost]] = n_local + ghost_row + messages[ghost_row]   # + the controls before
-        recv_counts = recv_plain_counts + 1
-        recv_displs = np.cumsum(recv_counts) - recv_counts
-        recv_ids = np.full(recv_counts.sum(), CONTROL, dtype=np.int64)
-        recv_ids[np.arange(len(recv_plain)) + messages] = recv_plain
-
-        # What goes out: each block agent with a neighbour on q, once, ascending, per rank.
-        sent_rank, sent_source = ghost_rank, source[remote]
-        by_sent = np.lexsort((sent_source, sent_rank))
-        first = np.ones(len(remote), dtype=bool)
-        first[1:] = (np.diff(sent_rank[by_sent]) != 0) | (np.diff(sent_source[by_sent]) != 0)
-        send_rank, send_plain = sent_rank[by_sent][first], sent_source[by_sent][first]
-        send_messages = np.searchsorted(ranks, send_rank)
-        send_counts = np.bincount(send_messages, minlength=len(ranks)).astype(np.int64) + 1
-        send_index = np.full(send_counts.sum(), CONTROL, dtype=np.int64)
-        send_index[np.arange(len(send_plain)) + send_messages] = send_plain
+        by_sent, first = _distinct_by_rank(ghost_rank, source[remote])
+        send_index, send_counts, _ = _messages(ranks, ghost_rank[by_sent][first], source[remote][by_sent][first])
 
         lower = agents[source] < target
         return cls(rank=int(rank), agents=agents, ranks=ranks.astype(np.int64), send_index=send_index,
                    send_counts=send_counts, send_displs=np.cumsum(send_counts) - send_counts, recv_ids=recv_ids,
-                   recv_counts=recv_counts.astype(np.int64), recv_displs=recv_displs.astype(np.int64),
+                   recv_counts=recv_counts, recv_displs=np.cumsum(recv_counts) - recv_counts,
                    control_rows=n_local + np.flatnonzero(recv_ids == CONTROL),
                    nbr_ptr=graph.indptr.astype(np.int64), nbr_idx=ext_row.astype(np.int64, copy=False),
                    nbr_ids=target, edge_a=source[lower], edge_b=ext_row[lower])
@@ -123,6 +108,25 @@ class HaloPlan:
     def n_ext(self) -> int:
         """Rows of `ext`: the block's agents, then every row received."""
         return len(self.agents) + len(self.recv_ids)
+
+
+def _distinct_by_rank(entry_rank: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries sorted by rank, then key (an order), and which of them is the first of its
+    (rank, key) pair (a mask over that order)."""
+    order = np.lexsort((key, entry_rank))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (np.diff(entry_rank[order]) != 0) | (np.diff(key[order]) != 0)
+    return order, first
+
+
+def _messages(ranks: np.ndarray, item_rank: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Items sorted by rank laid out as one message per rank of `ranks`, each closed by a
+    CONTROL row: (the layout, each message's rows, each item's message)."""
+    message = np.searchsorted(ranks, item_rank)
+    counts = np.bincount(message, minlength=len(ranks)).astype(np.int64) + 1
+    layout = np.full(counts.sum(), CONTROL, dtype=np.int64)
+    layout[np.arange(len(items)) + message] = items
+    return layout, counts, message
 
 
 def rank_graph_diameter(neighbour_ranks: list[np.ndarray]) -> int:

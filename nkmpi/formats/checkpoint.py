@@ -98,17 +98,20 @@ def combine_fingerprints(point_shares: Iterable[int], offsets: np.ndarray, graph
     """The fingerprint attributes of a run: the points (the ranks' `block_fingerprint`
     shares added), the agent offsets and the graph (the ranks' LocalGraph.fingerprint_share
     added), as hex strings."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(np.ascontiguousarray(offsets, dtype="<i8"))
     return {"fingerprint_points": f"{sum(point_shares) % 2**64:016x}",
-            "fingerprint_offsets": h.hexdigest(),
+            "fingerprint_offsets": _digest(offsets),
             GRAPH_FINGERPRINT: f"{sum(graph_shares) % 2**64:016x}"}
 
 
 def earlier_graph_fingerprint(indptr: np.ndarray, indices: np.ndarray) -> str:
     """The graph fingerprint of checkpoints written before ranks built their own rows: a
     64-bit BLAKE2b digest of the whole graph's CSR.  Such a checkpoint still resumes."""
+    return _digest(indptr, indices)
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    """A 64-bit BLAKE2b digest of int64 arrays, as hex."""
     h = hashlib.blake2b(digest_size=8)
-    for array in (indptr, indices):
+    for array in arrays:
         h.update(np.ascontiguousarray(array, dtype="<i8"))
     return h.hexdigest()
