@@ -10,8 +10,9 @@
    pass (the bandwidth floor), and building a LocalPass against its cold run.
 2. many small agents: 4,096 agents x 64 points x p = 8, K = 8 on one rank (exact
    kernel and center update): points per second against target 1's exact kernel.
-3. communication: 4 ranks on a ring, tiny data: time per iteration minus the
-   local pass, against a bare Neighbor_alltoall of the same payload.
+3. communication: 4 ranks on a ring, tiny data, one exchange and one update an
+   iteration (--inner 1): time per iteration minus the local pass, against a bare
+   Neighbor_alltoall of the same payload.
 4. memory: peak memory per rank above its start-up footprint against its shard.
 5. start-up: import plus kernel loading on a warm cache.
 6. a sensor network: 1,000,000 agents x 16 points x p = 8, K = 8 on a random

@@ -1,8 +1,9 @@
 """Under mpiexec (target 3 of jobs/bench.py): NK-means iteration overhead against a bare exchange.
 
-Every rank hosts one agent of a ring with tiny data.  Prints, on rank 0, the
-slowest rank's time per iteration minus its local pass (the loop's own phase
-timer), then the slowest
+Every rank hosts one agent of a ring with tiny data, and an iteration makes one
+exchange and one center update (--inner 1: the default's five would be set
+against one bare exchange).  Prints, on rank 0, the slowest rank's time per
+iteration minus its local pass (the loop's own phase timer), then the slowest
 rank's time per bare Neighbor_alltoall of the same payload on the same
 neighbours, both measured in this run.
 """
@@ -27,7 +28,7 @@ offsets = np.array([0, len(points)])
 network = build_network("ring", size)
 kernels.set_threads(1)
 kernels.warm_up(points.dtype)
-options = Options(n_clusters=n_clusters, max_iter=ITERATIONS, tol=0.0, monitor_every=0,
+options = Options(n_clusters=n_clusters, max_iter=ITERATIONS, tol=0.0, monitor_every=0, inner=1,
                   init=np.zeros((n_clusters, n_features)) + np.arange(n_clusters)[:, None]
                   ).resolve(len(points) * size, size)
 

@@ -34,7 +34,7 @@ from .errors import InputError, agree
 from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
 from .faults import FaultModel
 from .graph import LocalGraph, Network, concat_ranges, spanning_tree
-from .halo import HaloPlan, rank_graph_diameter
+from .halo import HaloPlan, rank_eccentricity
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
 from .local_pass import LocalPass
 from .memory import release_freed_memory
@@ -324,7 +324,9 @@ class _NKMeans:
         self.plan = HaloPlan.build(loop.graph, loop.owner, comm.Get_rank())
         release_freed_memory()                  # the plan's temporaries, before the exchange's buffers
         self.exchange = NeighbourExchange(comm, self.plan, loop.shape)
-        self.stop_hops = rank_graph_diameter(comm.allgather(self.plan.ranks))
+        # The rank graph's diameter: each rank's farthest hop count, the largest of them.
+        self.stop_hops = comm.allreduce(rank_eccentricity(comm.allgather(self.plan.ranks), comm.Get_rank()),
+                                        op=MPI.MAX)
         if loop.resume is None:
             initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets, loop.agents,
                             loop.whole_network, loop.owner, options)

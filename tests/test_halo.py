@@ -1,12 +1,13 @@
 """The halo plans of all ranks of a run, built in one process, fit together."""
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nkmpi.graph import Network, build_network, owners_from_bounds
-from nkmpi.halo import CONTROL, HaloPlan, rank_graph_diameter
+from nkmpi.halo import CONTROL, HaloPlan, rank_eccentricity
 
 
 def all_plans(network, owner):
@@ -101,7 +102,7 @@ def test_one_rank_has_no_remote_neighbours():
     (plan,) = check_plans(network, np.zeros(6, dtype=np.int64))
     assert len(plan.ranks) == len(plan.send_index) == len(plan.recv_ids) == len(plan.control_rows) == 0
     assert plan.n_ext == 6
-    assert rank_graph_diameter([plan.ranks]) == 0
+    assert rank_eccentricity([plan.ranks], 0) == 0
 
 
 def test_components_on_their_own_ranks_talk_to_no_one():
@@ -126,4 +127,21 @@ def test_rank_graph_diameter(spec, n_ranks, diameter):
     network = build_network(spec, 12)
     bounds = np.linspace(0, 12, n_ranks + 1).astype(np.int64)
     plans = all_plans(network, owners_from_bounds(bounds))
-    assert rank_graph_diameter([plan.ranks for plan in plans]) == diameter
+    neighbours = [plan.ranks for plan in plans]
+    assert max(rank_eccentricity(neighbours, rank) for rank in range(n_ranks)) == diameter
+
+
+@pytest.mark.parametrize("n_ranks", [3, 17, 64])
+def test_rank_eccentricity_is_networkx_eccentricity(n_ranks):
+    """Each rank's breadth-first search gives networkx's eccentricity of that rank in the rank
+    graph of blocks of a geometric graph (a patchwork of regions: an irregular rank graph)."""
+    network = build_network("rgg:radius=0.12", 400, seed=3)
+    plans = all_plans(network, owners_from_bounds(np.linspace(0, 400, n_ranks + 1).astype(np.int64)))
+    ranks = nx.Graph()
+    ranks.add_nodes_from(range(n_ranks))
+    ranks.add_edges_from((rank, other) for rank, plan in enumerate(plans) for other in plan.ranks)
+    expected = nx.eccentricity(ranks)
+    assert [rank_eccentricity([plan.ranks for plan in plans], rank) for rank in range(n_ranks)] == \
+        [expected[rank] for rank in range(n_ranks)]
+
+

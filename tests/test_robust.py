@@ -19,7 +19,7 @@ from nkmpi.app import FINISHED, INTERRUPTED, PERIODIC, run_state
 from nkmpi.formats.dataset import read_all
 from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
-from nkmpi.halo import HaloPlan, rank_graph_diameter
+from nkmpi.halo import HaloPlan, rank_eccentricity
 from nkmpi.options import Options
 from nkmpi.reference import centralized_cost, simulate
 from nkmpi.stop import StopAgreement
@@ -92,7 +92,7 @@ def test_stop_agreement_through_neighbours_only(spec, n_ranks, asked_at):
     network = build_network(spec, 12, seed=1)
     owner = np.repeat(np.arange(n_ranks), np.diff(np.linspace(0, 12, n_ranks + 1).astype(int)))
     neighbours = [HaloPlan.build(network.rows(np.flatnonzero(owner == r)), owner, r).ranks for r in range(n_ranks)]
-    hops = rank_graph_diameter(neighbours)
+    hops = max(rank_eccentricity(neighbours, rank) for rank in range(n_ranks))
     iteration = 0
     stops = [StopAgreement(lambda r=r: asked_at[r] is not None and iteration >= asked_at[r], hops)
              for r in range(n_ranks)]
