@@ -33,8 +33,7 @@ options = Options(n_clusters=n_clusters, max_iter=ITERATIONS, tol=0.0, monitor_e
                   ).resolve(len(points) * size, size)
 
 comm.Barrier()
-result = run(comm, points, offsets, [rank], network.rows([rank]), np.arange(size), options, stream=None,
-             whole_network=lambda: network)
+result = run(comm, points, offsets, [rank], network.rows([rank]), np.arange(size), options, stream=None)
 overhead = (result.seconds["loop"] - result.seconds["local"]) / ITERATIONS    # the run's own local-pass time
 
 neighbours = sorted({(rank - 1) % size, (rank + 1) % size} - {rank})

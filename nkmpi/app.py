@@ -26,7 +26,7 @@ from .formats import result as result_format
 from .formats.dataset import DatasetInfo, check_rows, check_weights, open_dataset, read_all, read_rows, read_weights
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
 from .graph import block_placement, edge_file, graph_text, local_graph, network_of, not_connected, owners_from_bounds
-from .init import NETWORK_SEEDING, check_enough_distinct, distinct_rows, weighed_rows
+from .init import check_enough_distinct, distinct_rows, weighed_rows
 from .memory import peak_resident_bytes, release_freed_memory, resident_bytes
 from .monitor import LOOP_PHASES
 from .options import Options, resume_keys
@@ -269,17 +269,13 @@ def points_share(points, weights, offsets, agents) -> int:
 
 def run_graph(comm, options, info, shard):
     """This rank's rows of the run's graph (graph.LocalGraph), checked connected, and what
-    builds the whole graph for the network seeding's spanning tree, the one step that needs
-    it.  A run that seeds so builds the whole graph here, once: its rows are cut from it, and
-    the seeding is handed it (and lets it go).  Any other run builds only its rows."""
+    builds the whole graph, for the one step that may need it: checking a checkpoint whose
+    graph fingerprint is the whole graph's digest of earlier nkmpi versions."""
     from .connectivity import is_connected
 
     def whole_network():
         return agree(comm, network_of, options.graph, info.n_agents, options.seed, info.edges)
 
-    if isinstance(options.init, str) and options.init == NETWORK_SEEDING and not options.resume:
-        built = [whole_network()]
-        return built[0].rows(shard.agents), lambda: built.pop() if built else whole_network()
     graph, connected = agree(comm, local_graph, options.graph, info.n_agents, shard.agents, options.seed,
                              info.edges)
     if not connected and not is_connected(comm, graph, shard.owner):
@@ -426,7 +422,6 @@ class _Run:
 
         row_weights = kernels.UNWEIGHTED if weights is None else weights
         result = driver.run(comm, points, offsets, agents, graph, shard.owner, options, self.stream,
-                            whole_network=whole_network,
                             resume=resume, checkpoint=write_checkpoint if checkpoint else None,
                             checkpoint_every=options.checkpoint_every, stop_requested=self.stop_requested,
                             weights=row_weights)

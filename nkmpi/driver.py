@@ -33,7 +33,7 @@ from . import kernels, seeding
 from .errors import InputError, agree
 from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
 from .faults import FaultModel
-from .graph import LocalGraph, Network, concat_ranges, spanning_tree
+from .graph import LocalGraph, concat_ranges
 from .halo import HaloPlan, rank_eccentricity
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
 from .local_pass import LocalPass
@@ -41,11 +41,10 @@ from .memory import release_freed_memory
 from .monitor import Monitor, PhaseTimer
 from .options import Options
 from .stop import StopAgreement
+from .tree import local_spanning_tree
 
 #: Lloyd's baseline reads a block's rows in chunks of this many, whatever its agents.
 LLOYD_CHUNK_ROWS = 65536
-#: What builds the whole graph when a step needs it (the network seeding's spanning tree).
-WholeNetwork = Callable[[], Network]
 
 
 @dataclass
@@ -110,10 +109,10 @@ def agent_seeds(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets
 
 
 def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
-                    agents: np.ndarray, whole_network: WholeNetwork, owner: np.ndarray,
-                    options: Options) -> np.ndarray:
-    """--init network (nkmpi.seeding) for this rank's agents; collective over `comm`.
+                    plan: HaloPlan, options: Options) -> np.ndarray:
+    """--init network (nkmpi.seeding) for this rank's agents (plan.agents); collective over `comm`.
 
+    The ranks find the spanning tree from their rows (tree.local_spanning_tree).
     Every agent summarizes its rows; then, tree level by tree level from the
     deepest, each agent joins its summary with its children's (received from
     the child's rank when it lives elsewhere) and sends the result to its
@@ -121,28 +120,28 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
     (K, p) centers, the same on every rank and for any placement.
     """
     rank, k, seed = comm.Get_rank(), options.n_clusters, options.seed
-    agents = np.asarray(agents, dtype=np.int64)
-    tree = spanning_tree(whole_network())
+    agents = plan.agents
+    tree = local_spanning_tree(comm, plan)
     n_groups, budget = seeding.summary_size(k), seeding.message_rows(k)
     width = points.shape[1] + 1
     own_ptr = np.concatenate([[0], np.cumsum(seeding.local_capacity(np.diff(offsets), k))])
     own = np.empty((own_ptr[-1], width))
     own_count = seeding.summarize_block(points, weights, offsets, agents, n_groups, seeding.MIN_GROUP, seed,
                                         own_ptr, own)
-    channel = TreeChannel(comm, tree, owner, agents)
-    depth = tree.depth[agents]
+    channel = TreeChannel(comm, tree)
     # The previous (one deeper) level's merged summaries: agent ids, row ranges, rows.
     done_ids, done_ptr, done_count, done = (np.zeros(0, np.int64),) * 3 + (np.zeros((0, width)),)
     for level in range(tree.height, -1, -1):
-        block = np.flatnonzero(depth == level)
+        block = np.flatnonzero(tree.depth == level)
         if not len(block):
             continue
         ids = agents[block]
-        n_kids = tree.child_ptr[ids + 1] - tree.child_ptr[ids]
-        kids = tree.child_index[concat_ranges(tree.child_ptr[ids], tree.child_ptr[ids + 1])]
-        remote = owner[kids] != rank
+        n_kids = tree.child_ptr[block + 1] - tree.child_ptr[block]
+        at = concat_ranges(tree.child_ptr[block], tree.child_ptr[block + 1])
+        kids, kid_ranks = tree.child_index[at], tree.child_rank[at]
+        remote = kid_ranks != rank
         order = np.argsort(kids[remote], kind="stable")            # the order they were sent in
-        received = channel.receive_up(owner[kids[remote]][order], budget, width)
+        received = channel.receive_up(kid_ranks[remote][order], budget, width)
         sizes = np.zeros(len(kids), dtype=np.int64)
         starts = np.zeros(len(kids), dtype=np.int64)
         local_at = np.searchsorted(done_ids, kids[~remote])
@@ -159,14 +158,13 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
         counts = seeding.merge_level(own, own_ptr[block], own_ptr[block] + own_count[block], pool,
                                      part_ptr, starts, starts + sizes, ids, n_groups, budget, seed,
                                      out_ptr, out)
-        for i in np.flatnonzero(tree.parent[ids] >= 0):
-            parent_rank = owner[tree.parent[ids[i]]]
-            if parent_rank != rank:
+        for i, parent_rank in enumerate(tree.parent_rank[block]):
+            if parent_rank >= 0 and parent_rank != rank:
                 channel.send_up(out[out_ptr[i]:out_ptr[i] + counts[i]], parent_rank)
         done_ids, done_ptr, done_count, done = ids, out_ptr[:-1], counts, out
 
     def root_seeding():
-        if owner[tree.root] != rank:
+        if not (tree.depth == 0).any():
             return None
         return seeding.seed_from_summary(done[:done_count[0]], k, options.n_init, seed, tree.root)
 
@@ -177,8 +175,7 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
 
 
 def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, weights: np.ndarray,
-                    offsets: np.ndarray, agents: np.ndarray, whole_network: WholeNetwork, owner: np.ndarray,
-                    options: Options) -> None:
+                    offsets: np.ndarray, agents: np.ndarray, options: Options) -> None:
     """Each agent's initial centers, written into exchange.centers: the given ones, the
     network-wide seeding, or a per-agent method's seeds then flood rounds over neighbour
     exchanges until every agent has centers."""
@@ -186,7 +183,7 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
     if not isinstance(options.init, str):
         centers[:] = options.init
     elif options.init == NETWORK_SEEDING:
-        centers[:] = network_seeding(comm, points, weights, offsets, agents, whole_network, owner, options)
+        centers[:] = network_seeding(comm, points, weights, offsets, exchange.plan, options)
     else:
         centers[:] = np.nan
         seeds, _ = agent_seeds(comm, points, weights, offsets, agents, options,
@@ -200,21 +197,21 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
 
 
 def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
-                           agents: np.ndarray, whole_network: WholeNetwork, owner: np.ndarray,
-                           options: Options) -> np.ndarray:
+                           agents: np.ndarray, graph: LocalGraph, owner: np.ndarray, options: Options) -> np.ndarray:
     """Lloyd's one set of (K, p) centers: the given ones, the network-wide seeding, or the
     seed of the agent that would seed alone with options.init's per-agent method (for
     flood, the centers flood init spreads, so both algorithms start alike)."""
     if not isinstance(options.init, str):
         return np.array(options.init, dtype=np.float64)
     if options.init == NETWORK_SEEDING:
-        return network_seeding(comm, points, weights, offsets, agents, whole_network, owner, options)
+        plan = HaloPlan.build(graph, owner, comm.Get_rank())      # the seeding's tree grows over the halo
+        return network_seeding(comm, points, weights, offsets, plan, options)
     seeds, source = agent_seeds(comm, points, weights, offsets, agents, options, only_first=True)
     return comm.bcast(next(iter(seeds.values()), None), root=int(owner[source]))
 
 
 def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndarray, graph: LocalGraph,
-        owner: np.ndarray, options: Options, stream: TextIO | None = sys.stdout, *, whole_network: WholeNetwork,
+        owner: np.ndarray, options: Options, stream: TextIO | None = sys.stdout, *,
         resume: dict | None = None, checkpoint: Callable[[BlockResult], None] | None = None,
         checkpoint_every: int = 0, stop_requested: Callable[[], bool] | None = None,
         weights: np.ndarray = kernels.UNWEIGHTED) -> BlockResult:
@@ -226,8 +223,6 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
     offsets : (L+1,) block-local row offsets of the agents.
     agents : (L,) ascending global ids of the block's agents.
     graph : the graph's rows of the block's agents (graph.LocalGraph); owner : (M,) rank of each agent.
-    whole_network : builds the whole graph.Network, for the network seeding's spanning tree
-        (the one step that needs more than the block's rows).
     options : resolved (Options.resolve) for the whole data, the same on every rank.
     stream : where rank 0 writes progress lines (None: nowhere).
     resume : this rank's share of a checkpoint to continue from.
@@ -237,7 +232,7 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
         signal arrived): the ranks then agree on an iteration after which they all
         stop, interrupted (before the first: with `iterations` where they began).
     """
-    loop = _Loop(comm, points, weights, offsets, agents, graph, whole_network, owner, options, stream, resume)
+    loop = _Loop(comm, points, weights, offsets, agents, graph, owner, options, stream, resume)
     algorithm = _ALGORITHMS[options.algorithm](loop)
     return loop.run(algorithm, stop_requested, checkpoint, checkpoint_every)
 
@@ -255,13 +250,12 @@ class _Loop:
     rho_stage, bytes_sent : as in BlockResult; free() : release its MPI objects.
     """
 
-    def __init__(self, comm, points, weights, offsets, agents, graph, whole_network, owner, options, stream,
-                 resume):
+    def __init__(self, comm, points, weights, offsets, agents, graph, owner, options, stream, resume):
         self.timer = PhaseTimer()
         self.comm, self.points, self.weights, self.options = comm, points, weights, options
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.agents = np.asarray(agents, dtype=np.int64)
-        self.graph, self.whole_network, self.owner = graph, whole_network, owner
+        self.graph, self.owner = graph, owner
         self.shape = (options.n_clusters, points.shape[1])
         self.resume = resume
         self.monitor = Monitor(options, comm=comm, stream=stream, earlier=resume and resume["metrics"])
@@ -328,8 +322,7 @@ class _NKMeans:
         self.stop_hops = comm.allreduce(rank_eccentricity(comm.allgather(self.plan.ranks), comm.Get_rank()),
                                         op=MPI.MAX)
         if loop.resume is None:
-            initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets, loop.agents,
-                            loop.whole_network, loop.owner, options)
+            initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets, loop.agents, options)
             self.start_centers = self.exchange.centers.copy()
             self.rho_stage = 0
         else:
@@ -367,7 +360,8 @@ class _NKMeans:
         stop.hear(exchange.finish())
         timer.lap("exchange")
         if monitoring:
-            disagreement = kernels.edge_disagreement(exchange.ext, plan.edge_a, plan.edge_b)
+            disagreement = kernels.edge_disagreement(exchange.ext, plan.agents, plan.nbr_ptr, plan.nbr_idx,
+                                                    plan.nbr_ids)
             before = exchange.centers.copy() if inner > 1 else exchange.centers
         first_update = (iteration - 1) * inner + 1
         if plan.n_ext == plan.n_local:       # no ghosts: every update in one call, no exchanges between
@@ -420,7 +414,7 @@ class _Lloyd:
         comm, n_rows = loop.comm, len(loop.points)
         if loop.resume is None:
             centers = shared_initial_centers(comm, loop.points, loop.weights, loop.offsets, loop.agents,
-                                             loop.whole_network, loop.owner, loop.options)
+                                             loop.graph, loop.owner, loop.options)
         else:
             centers = comm.bcast(loop.resume["centers"][0] if len(loop.agents) else None,
                                  root=int(loop.owner[0]))

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
 
-from .graph import SpanningTree, concat_ranges
 from .halo import HaloPlan
 from .kernels import pack_rows, written_zeros
+
+if TYPE_CHECKING:
+    from .tree import LocalTree
 
 
 @functools.cache
@@ -197,7 +200,7 @@ class ClusterTotals:
 
 class TreeChannel:
     """Point-to-point messages along the cross-rank edges of the seeding's spanning
-    tree (graph.SpanningTree): summaries up, centers down.  Every tree edge is an
+    tree (tree.LocalTree): summaries up, centers down.  Every tree edge is an
     edge of the agent graph, so only ranks that host neighbouring agents talk.
 
     Messages between two ranks keep their order (MPI does not overtake), so no
@@ -205,21 +208,19 @@ class TreeChannel:
     ascending agent id, and its parent ranks receive them in that order.
     """
 
-    def __init__(self, comm: MPI.Comm, tree: SpanningTree, owner: np.ndarray, agents: np.ndarray):
+    def __init__(self, comm: MPI.Comm, tree: LocalTree):
         self.comm = comm.Dup()
         rank = comm.Get_rank()
-        agents = np.asarray(agents, dtype=np.int64)
-        parents = tree.parent[agents]
-        parent_ranks = owner[parents[parents >= 0]]
-        children = tree.child_index[concat_ranges(tree.child_ptr[agents], tree.child_ptr[agents + 1])]
         #: One message down arrives from each remote parent and leaves for each remote child.
-        self.down_sources = parent_ranks[parent_ranks != rank]
-        self.down_targets = owner[children][owner[children] != rank]
+        self.down_sources = tree.parent_rank[(tree.parent_rank >= 0) & (tree.parent_rank != rank)]
+        self.down_targets = tree.child_rank[tree.child_rank != rank]
         self._sends = []
 
     def send_up(self, rows: np.ndarray, target: int) -> None:
-        """Start sending a summary (n, p + 1) to the rank of its agent's parent."""
-        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        """Start sending a summary (n, p + 1) to the rank of its agent's parent.  The rows are
+        copied: the send keeps its buffer until `free`, and a view would keep the whole
+        level's summaries it was cut from (hundreds of MB over a deep tree)."""
+        rows = np.array(rows, dtype=np.float64, order="C", copy=True)
         self._sends.append((self.comm.Isend(rows, dest=int(target)), rows))
 
     def receive_up(self, sources: np.ndarray, max_rows: int, width: int) -> list[np.ndarray]:

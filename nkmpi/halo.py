@@ -11,8 +11,7 @@ number (a stop agreement, nkmpi.stop), so every message has at least one row.
 
 The block's centers and the ghosts form one array `ext` (the block's L agents
 first, then the messages received, in the order of `ranks`), so the kernels
-index one array and nothing is copied: `nbr_idx` and `edge_a`/`edge_b` are rows
-of `ext`.
+index one array and nothing is copied: `nbr_idx` are rows of `ext`.
 """
 
 from __future__ import annotations
@@ -45,8 +44,6 @@ class HaloPlan:
     control_rows : rows of `ext` holding the control rows received.
     nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, in ascending
         global id (the kernels' order); nbr_ids : the global id of each of them.
-    edge_a, edge_b : rows of `ext` for each edge (a, b), a < b, whose lower end is a
-        block agent: every edge of the graph is in exactly one rank's plan.
     """
 
     rank: int
@@ -62,8 +59,6 @@ class HaloPlan:
     nbr_ptr: np.ndarray
     nbr_idx: np.ndarray
     nbr_ids: np.ndarray
-    edge_a: np.ndarray
-    edge_b: np.ndarray
 
     @classmethod
     def build(cls, graph: LocalGraph, owner: np.ndarray, rank: int) -> HaloPlan:
@@ -91,13 +86,12 @@ class HaloPlan:
         by_sent, first = _distinct_by_rank(ghost_rank, source[remote])
         send_index, send_counts, _ = _messages(ranks, ghost_rank[by_sent][first], source[remote][by_sent][first])
 
-        lower = agents[source] < target
         return cls(rank=int(rank), agents=agents, ranks=ranks.astype(np.int64), send_index=send_index,
                    send_counts=send_counts, send_displs=np.cumsum(send_counts) - send_counts, recv_ids=recv_ids,
                    recv_counts=recv_counts, recv_displs=np.cumsum(recv_counts) - recv_counts,
                    control_rows=n_local + np.flatnonzero(recv_ids == CONTROL),
                    nbr_ptr=graph.indptr.astype(np.int64), nbr_idx=ext_row.astype(np.int64, copy=False),
-                   nbr_ids=target, edge_a=source[lower], edge_b=ext_row[lower])
+                   nbr_ids=target)
 
     @property
     def n_local(self) -> int:

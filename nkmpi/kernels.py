@@ -406,40 +406,58 @@ def merge_partials(into, other):
         into[c, 0] = n
 
 
+@njit(inline='always', **_JIT)
+def _edge_term(rows, a, b):
+    """sum_k ||x_a^k - x_b^k||^2 of one edge, a its lower end: one chain of additions, the
+    same wherever the edge is computed."""
+    edge = 0.0
+    for w in range(rows.shape[1]):
+        diff = rows[a, w] - rows[b, w]
+        edge += diff * diff
+    return edge
+
+
 @njit(**_JIT)
-def _disagreement(ext, edge_a, edge_b):
+def _disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids):
     rows = ext.reshape(ext.shape[0], ext.shape[1] * ext.shape[2])
     partials = np.zeros(EXACT_PARTIALS)
     n = 0
-    e = 0
-    while e + 4 <= edge_a.shape[0]:     # four edges at once: four independent chains of additions
-        a0, a1, a2, a3 = rows[edge_a[e]], rows[edge_a[e + 1]], rows[edge_a[e + 2]], rows[edge_a[e + 3]]
-        b0, b1, b2, b3 = rows[edge_b[e]], rows[edge_b[e + 1]], rows[edge_b[e + 2]], rows[edge_b[e + 3]]
-        s0 = s1 = s2 = s3 = 0.0
-        for w in range(rows.shape[1]):
-            d0, d1, d2, d3 = a0[w] - b0[w], a1[w] - b1[w], a2[w] - b2[w], a3[w] - b3[w]
-            s0 += d0 * d0
-            s1 += d1 * d1
-            s2 += d2 * d2
-            s3 += d3 * d3
-        for edge in (s0, s1, s2, s3):
-            n = _add_exact(partials, n, edge)
-        e += 4
-    for e in range(e, edge_a.shape[0]):
-        a, b = rows[edge_a[e]], rows[edge_b[e]]
-        edge = 0.0
-        for w in range(rows.shape[1]):
-            diff = a[w] - b[w]
-            edge += diff * diff
-        n = _add_exact(partials, n, edge)
+    ends = np.empty((2, 4), dtype=np.int64)     # edges gathered four at a time: four independent chains
+    m = 0
+    for a in range(agents.shape[0]):
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            if nbr_ids[e] < agents[a]:          # each edge once network-wide, by its lower end's rank
+                continue
+            ends[0, m], ends[1, m] = a, nbr_idx[e]
+            m += 1
+            if m < 4:
+                continue
+            a0, a1, a2, a3 = rows[ends[0, 0]], rows[ends[0, 1]], rows[ends[0, 2]], rows[ends[0, 3]]
+            b0, b1, b2, b3 = rows[ends[1, 0]], rows[ends[1, 1]], rows[ends[1, 2]], rows[ends[1, 3]]
+            s0 = s1 = s2 = s3 = 0.0
+            for w in range(rows.shape[1]):
+                d0, d1, d2, d3 = a0[w] - b0[w], a1[w] - b1[w], a2[w] - b2[w], a3[w] - b3[w]
+                s0 += d0 * d0
+                s1 += d1 * d1
+                s2 += d2 * d2
+                s3 += d3 * d3
+            for edge in (s0, s1, s2, s3):
+                n = _add_exact(partials, n, edge)
+            m = 0
+    for i in range(m):
+        n = _add_exact(partials, n, _edge_term(rows, ends[0, i], ends[1, i]))
     return partials[:n].copy()
 
 
-def edge_disagreement(ext: np.ndarray, edge_a: np.ndarray, edge_b: np.ndarray) -> np.ndarray:
-    """sum over edges (a, b) of sum_k ||x_a^k - x_b^k||^2, rows indexing `ext`, as
-    exact partials (see `exact_partials`): each edge's term is computed alike
-    wherever its ends live, and the partials add them without rounding."""
-    return _disagreement(ext, edge_a, edge_b)
+def edge_disagreement(ext: np.ndarray, agents: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
+                      nbr_ids: np.ndarray) -> np.ndarray:
+    """sum over edges (a, b), a < b, a one of `agents` (the block's, ascending global ids), of
+    sum_k ||x_a^k - x_b^k||^2, as exact partials (see `exact_partials`).  a's neighbours are
+    rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` with global ids nbr_ids (halo.HaloPlan's).
+    Each edge is counted by the rank of its lower end, and its term is computed alike
+    wherever that is; the partials add the terms without rounding, so the sum over the
+    ranks does not depend on the placement."""
+    return _disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids)
 
 
 @njit(**_JIT)
@@ -469,7 +487,7 @@ def warm_up(dtype: np.dtype | type) -> None:
     nbr = np.zeros(1, dtype=np.int64)
     center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
     local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr, sums, counts, 1.0, 1.0, 2)
-    edge_disagreement(centers, nbr, nbr)
+    edge_disagreement(centers, nbr, np.array([0, 0]), nbr, nbr)
     exact_partials(np.zeros(1))
     largest_move(centers, centers)
     pack_rows(centers, nbr, 0.0, centers.copy())

@@ -230,3 +230,13 @@ def test_ranks_decide_connectivity_as_the_whole_graph_does(n_ranks):
     proc = run_script(n_ranks, SCRIPTS / "connectivity.py")
     assert proc.returncode == 0, proc.stderr
     assert "graphs checked: 120" in proc.stdout, proc.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n_ranks", [1, 2, 3])
+def test_ranks_grow_the_whole_graphs_spanning_tree(n_ranks):
+    """nkmpi.tree.local_spanning_tree from each rank's rows against graph.spanning_tree of the
+    whole graph, over graphs of every kind in blocks or scattered (tests/mpi_scripts/spanning_tree.py)."""
+    proc = run_script(n_ranks, SCRIPTS / "spanning_tree.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "trees checked: 60" in proc.stdout, proc.stdout

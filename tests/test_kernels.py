@@ -195,11 +195,17 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
 
 
 def test_disagreement_and_move():
+    """A block of agents 10, 20 and 30 with ghosts 40 and 5 (rows 3 and 4 of ext): the edges
+    whose lower end is in the block, each once; 5-10 is the rank of agent 5's to count."""
     rng = np.random.default_rng(3)
     ext = rng.standard_normal((5, 3, 2))
-    a, b = np.array([0, 0, 2]), np.array([1, 4, 3])
+    agents = np.array([10, 20, 30])
+    nbr_ptr, nbr_idx, nbr_ids = np.array([0, 3, 5, 7]), np.array([4, 1, 3, 0, 2, 1, 3]), \
+        np.array([5, 20, 40, 10, 30, 20, 40])
+    a, b = np.array([0, 0, 1, 2]), np.array([1, 3, 2, 3])
     edges = ((ext[a] - ext[b]) ** 2).sum(axis=(1, 2))
-    assert math.fsum(kernels.edge_disagreement(ext, a, b)) == math.fsum(edges)
+    assert math.fsum(kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids)) == \
+        pytest.approx(math.fsum(edges), rel=1e-15)
     new = ext + rng.standard_normal(ext.shape)
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
 
@@ -207,17 +213,18 @@ def test_disagreement_and_move():
 @pytest.mark.parametrize("n_edges", [1, 4, 7, 13])
 def test_disagreement_sums_each_edge_in_order(n_edges):
     """Each edge's term is its squared differences added in order (the kernel works on four
-    edges at a time); the partials add the terms exactly."""
+    edges at a time); the partials add the terms exactly.  Agent 0's edges to rows 1..n."""
     rng = np.random.default_rng(n_edges)
-    ext = rng.standard_normal((9, 3, 4)) * 10.0 ** rng.integers(-6, 6, size=(9, 3, 4))
-    a, b = rng.integers(0, 9, n_edges), rng.integers(0, 9, n_edges)
+    ext = rng.standard_normal((n_edges + 1, 3, 4)) * 10.0 ** rng.integers(-6, 6, size=(n_edges + 1, 3, 4))
     terms = []
-    for e in range(n_edges):
+    for e in range(1, n_edges + 1):
         term = 0.0
-        for x, y in zip(ext[a[e]].ravel(), ext[b[e]].ravel()):
+        for x, y in zip(ext[0].ravel(), ext[e].ravel()):
             term += (x - y) * (x - y)
         terms.append(term)
-    assert math.fsum(kernels.edge_disagreement(ext, a, b)) == math.fsum(terms)
+    rows = np.arange(1, n_edges + 1)
+    got = kernels.edge_disagreement(ext, np.array([0]), np.array([0, n_edges]), rows, rows)
+    assert math.fsum(got) == math.fsum(terms)
 
 
 def test_results_do_not_depend_on_threads():

@@ -9,6 +9,7 @@ from mpi4py import MPI
 
 from nkmpi import driver, exchange, kernels, seeding
 from nkmpi.graph import block_placement, build_network, owners_from_bounds
+from nkmpi.halo import HaloPlan
 from nkmpi.options import Options
 from nkmpi.reference import agent_rows, network_seeding
 
@@ -36,8 +37,9 @@ exchange.TreeChannel.send_up = inspected
 bounds = block_placement(sizes, comm.Get_size())
 first, stop = bounds[rank], bounds[rank + 1]
 mine = points[offsets[first]:offsets[stop]]
-centers = driver.network_seeding(comm, mine, kernels.UNWEIGHTED, offsets[first:stop + 1] - offsets[first],
-                                 np.arange(first, stop), lambda: network, owners_from_bounds(bounds), options)
+plan = HaloPlan.build(network.rows(np.arange(first, stop)), owners_from_bounds(bounds), rank)
+centers = driver.network_seeding(comm, mine, kernels.UNWEIGHTED, offsets[first:stop + 1] - offsets[first], plan,
+                                 options)
 smallest = min((rows[:, -1].min() for rows in sent if len(rows)), default=np.inf)
 smallest = comm.allreduce(smallest, op=MPI.MIN)
 messages = comm.allreduce(len(sent))
