@@ -25,7 +25,7 @@ from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
 from .formats.dataset import DatasetInfo, check_rows, check_weights, open_dataset, read_all, read_rows, read_weights
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
-from .graph import block_placement, edge_file, graph_text, local_graph, network_of, not_connected, owners_from_bounds
+from .graph import BlockOwners, block_placement, edge_file, graph_text, local_graph, network_of, not_connected
 from .init import check_enough_distinct, distinct_rows, weighed_rows
 from .memory import peak_resident_bytes, release_freed_memory, resident_bytes
 from .monitor import LOOP_PHASES
@@ -45,7 +45,8 @@ class Shard:
 
     info : the whole data: its size, dtype, agent offsets and the file's own graph.
     agents : (L,) ascending global ids of this rank's agents.
-    owner : (M,) the rank hosting each agent.
+    owner : the rank hosting each agent, owner[ids]: graph.BlockOwners when the ranks hold
+        consecutive agents in rank order (as files store them), else an (M,) array.
     rank : this rank.
     load : returns this rank's rows, grouped by agent and checked (collective).
     load_weights : returns their weights, checked, or None when the data are unweighted
@@ -54,7 +55,7 @@ class Shard:
 
     info: DatasetInfo
     agents: np.ndarray
-    owner: np.ndarray
+    owner: BlockOwners | np.ndarray
     rank: int
     load: Callable[[], np.ndarray]
     load_weights: Callable[[], np.ndarray | None]
@@ -68,12 +69,14 @@ class Shard:
     @property
     def consecutive(self) -> bool:
         """Whether the ranks hold consecutive agents in rank order, as files store them."""
-        return bool(np.all(np.diff(self.owner) >= 0))
+        return isinstance(self.owner, BlockOwners)
 
     @property
     def agent_start(self) -> int:
         """The first of this rank's agents, where its slice of a file starts (consecutive ranks)."""
-        return int(self.agents[0]) if len(self.agents) else int(np.searchsorted(self.owner, self.rank))
+        if self.consecutive:
+            return int(self.owner.bounds[self.rank])
+        return int(self.agents[0]) if len(self.agents) else 0
 
 
 class DatasetSource:
@@ -88,7 +91,7 @@ class DatasetSource:
         info = agree(comm, open_dataset, self.path)
         bounds = agree(comm, block_placement, info.points_per_agent, size)
         first, stop = int(bounds[rank]), int(bounds[rank + 1])
-        return Shard(info, np.arange(first, stop), owners_from_bounds(bounds), rank,
+        return Shard(info, np.arange(first, stop), BlockOwners(bounds), rank,
                      lambda: agree(comm, read_rows, info, first, stop, comm=comm),
                      lambda: agree(comm, read_weights, info, first, stop, comm=comm))
 
@@ -126,8 +129,11 @@ class ArraySource:
                 raise InputError(f"ranks disagree on the number of features or the dtype: {shapes}")
 
         agree(comm, check_placement)
-        owner = np.empty(len(ids), dtype=np.int64)
-        owner[ids] = np.concatenate([np.full(len(a), r) for r, (a, *_) in enumerate(everyone)])
+        counts = [len(a) for a, *_ in everyone]
+        if np.array_equal(ids, np.arange(len(ids))):         # consecutive agents in rank order
+            owner = BlockOwners(np.concatenate([[0], np.cumsum(counts)]))
+        else:
+            owner = np.repeat(np.arange(len(everyone), dtype=np.int64), counts)[np.argsort(ids)]
         sizes = np.empty(len(ids), dtype=np.int64)
         sizes[ids] = np.concatenate([s for _, s, *_ in everyone])
         all_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -56,7 +56,8 @@ def _counts_displs(counts):
 
 def is_connected(comm: MPI.Comm, graph: LocalGraph, owner: np.ndarray) -> bool:
     """Whether the graph whose rows the ranks hold is connected; collective over `comm`, the
-    same answer on every rank.  graph : this rank's rows; owner : (M,) the rank of each agent."""
+    same answer on every rank.  graph : this rank's rows; owner[ids] : the ranks of agents
+    (graph.BlockOwners or an (M,) array)."""
     size = comm.Get_size()
     agents = graph.agents
     sources = np.repeat(np.arange(len(agents)), graph.degree)

@@ -222,7 +222,8 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
     weights : (n,) float64 their weights, or kernels.UNWEIGHTED (empty) when every row weighs 1.
     offsets : (L+1,) block-local row offsets of the agents.
     agents : (L,) ascending global ids of the block's agents.
-    graph : the graph's rows of the block's agents (graph.LocalGraph); owner : (M,) rank of each agent.
+    graph : the graph's rows of the block's agents (graph.LocalGraph); owner[ids] : the ranks of
+        agents (graph.BlockOwners, or an (M,) array).
     options : resolved (Options.resolve) for the whole data, the same on every rank.
     stream : where rank 0 writes progress lines (None: nowhere).
     resume : this rank's share of a checkpoint to continue from.

@@ -572,6 +572,16 @@ def concat_ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
 
 
-def owners_from_bounds(bounds: np.ndarray) -> np.ndarray:
-    """owner[m]: the rank hosting agent m, for contiguous blocks."""
-    return np.repeat(np.arange(len(bounds) - 1, dtype=np.int64), np.diff(bounds))
+class BlockOwners:
+    """The rank hosting each agent when the ranks hold contiguous blocks (rank r hosts agents
+    bounds[r]:bounds[r+1]): owner[ids] answers as an (M,) array of ranks would, by binary
+    search in the R + 1 bounds, so that no rank holds a number for every agent."""
+
+    def __init__(self, bounds: np.ndarray):
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.bounds[-1])
+
+    def __getitem__(self, ids):
+        return np.searchsorted(self.bounds, ids, side="right") - 1

@@ -63,8 +63,9 @@ class HaloPlan:
     @classmethod
     def build(cls, graph: LocalGraph, owner: np.ndarray, rank: int) -> HaloPlan:
         """The plan of `rank`, whose agents' rows of the graph are `graph` (owner[graph.agents]
-        == rank); owner : (M,) the rank of each agent.  Only the entries that name a ghost
-        are sorted (by rank, then id); the others find their row by their id alone."""
+        == rank); owner[ids] : the ranks of agents (graph.BlockOwners or an (M,) array).  Only
+        the entries that name a ghost are sorted (by rank, then id); the others find their row
+        by their id alone."""
         agents, target = graph.agents, graph.indices               # target: global id of v, ascending per u
         n_local = len(agents)
         source = np.repeat(np.arange(n_local), graph.degree)       # block index of u

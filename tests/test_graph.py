@@ -9,8 +9,8 @@ from scipy.spatial import cKDTree
 
 from conftest import run_script
 from nkmpi.errors import InputError
-from nkmpi.graph import (RGG_MAX_LEVEL, Network, block_placement, build_network, concat_ranges, graph_stats,
-                         local_graph, rgg_level, rgg_positions)
+from nkmpi.graph import (RGG_MAX_LEVEL, BlockOwners, Network, block_placement, build_network, concat_ranges,
+                         graph_stats, local_graph, rgg_level, rgg_positions)
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -240,3 +240,20 @@ def test_ranks_grow_the_whole_graphs_spanning_tree(n_ranks):
     proc = run_script(n_ranks, SCRIPTS / "spanning_tree.py")
     assert proc.returncode == 0, proc.stderr
     assert "trees checked: 60" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_block_owners_answer_as_the_array_of_owners(seed):
+    """BlockOwners[ids] equals the (M,) array of each agent's rank, empty blocks included, for
+    arrays of ids in any order and for one id."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 4, size=int(rng.integers(1, 9)))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    if bounds[-1] == 0:
+        bounds[-1] = 1
+    array = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    owners = BlockOwners(bounds)
+    assert len(owners) == len(array)
+    ids = rng.integers(0, len(array), size=20)
+    np.testing.assert_array_equal(owners[ids], array[ids])
+    assert [int(owners[i]) for i in range(len(array))] == array.tolist()

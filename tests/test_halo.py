@@ -9,13 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nkmpi import kernels
-from nkmpi.graph import Network, build_network, owners_from_bounds
+from nkmpi.graph import BlockOwners, Network, build_network
 from nkmpi.halo import CONTROL, HaloPlan, rank_eccentricity
 
 
 def all_plans(network, owner):
-    n_ranks = int(owner.max()) + 1 if len(owner) else 1
-    return [HaloPlan.build(network.rows(np.flatnonzero(owner == r)), owner, r) for r in range(n_ranks)]
+    """Every rank's plan; owner : graph.BlockOwners or an (M,) array of ranks."""
+    if isinstance(owner, BlockOwners):
+        blocks = [np.arange(a, b) for a, b in zip(owner.bounds[:-1], owner.bounds[1:])]
+    else:
+        blocks = [np.flatnonzero(owner == r) for r in range(int(owner.max()) + 1 if len(owner) else 1)]
+    return [HaloPlan.build(network.rows(agents), owner, r) for r, agents in enumerate(blocks)]
 
 
 def ext_ids(plan):
@@ -91,7 +95,7 @@ def check_plans(network, owner):
 def test_contiguous_blocks(spec, n_ranks):
     network = build_network(spec, 12, seed=1)
     bounds = np.linspace(0, 12, n_ranks + 1).astype(np.int64)
-    check_plans(network, owners_from_bounds(bounds))
+    check_plans(network, BlockOwners(bounds))
 
 
 @settings(max_examples=60, deadline=None)
@@ -135,7 +139,7 @@ def test_empty_block():
 def test_rank_graph_diameter(spec, n_ranks, diameter):
     network = build_network(spec, 12)
     bounds = np.linspace(0, 12, n_ranks + 1).astype(np.int64)
-    plans = all_plans(network, owners_from_bounds(bounds))
+    plans = all_plans(network, BlockOwners(bounds))
     neighbours = [plan.ranks for plan in plans]
     assert max(rank_eccentricity(neighbours, rank) for rank in range(n_ranks)) == diameter
 
@@ -145,7 +149,7 @@ def test_rank_eccentricity_is_networkx_eccentricity(n_ranks):
     """Each rank's breadth-first search gives networkx's eccentricity of that rank in the rank
     graph of blocks of a geometric graph (a patchwork of regions: an irregular rank graph)."""
     network = build_network("rgg:radius=0.12", 400, seed=3)
-    plans = all_plans(network, owners_from_bounds(np.linspace(0, 400, n_ranks + 1).astype(np.int64)))
+    plans = all_plans(network, BlockOwners(np.linspace(0, 400, n_ranks + 1).astype(np.int64)))
     ranks = nx.Graph()
     ranks.add_nodes_from(range(n_ranks))
     ranks.add_edges_from((rank, other) for rank, plan in enumerate(plans) for other in plan.ranks)

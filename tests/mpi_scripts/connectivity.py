@@ -6,7 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nkmpi.connectivity import is_connected
-from nkmpi.graph import Network, build_network
+from nkmpi.graph import BlockOwners, Network, build_network
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -30,9 +30,10 @@ for case in range(120):
     if case % 3 == 0:                               # scattered: any agent on any rank, each rank some
         owner = np.concatenate([np.arange(size), rng.integers(0, size, n_agents - size)])
         rng.shuffle(owner)
-    else:
-        owner = np.repeat(np.arange(size), np.diff(np.linspace(0, n_agents, size + 1).astype(int)))
-    mine = np.flatnonzero(owner == rank)
+        mine = np.flatnonzero(owner == rank)
+    else:                                           # blocks, their owners found from the bounds
+        bounds = np.linspace(0, n_agents, size + 1).astype(np.int64)
+        owner, mine = BlockOwners(bounds), np.arange(bounds[rank], bounds[rank + 1])
     got = is_connected(comm, network.rows(mine), owner)
     if got != network.is_connected():
         raise AssertionError(f"case {case}: ranks say connected={got}, the whole graph {network.is_connected()}")

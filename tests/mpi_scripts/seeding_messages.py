@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from nkmpi import driver, exchange, kernels, seeding
-from nkmpi.graph import block_placement, build_network, owners_from_bounds
+from nkmpi.graph import BlockOwners, block_placement, build_network
 from nkmpi.halo import HaloPlan
 from nkmpi.options import Options
 from nkmpi.reference import agent_rows, network_seeding
@@ -37,7 +37,7 @@ exchange.TreeChannel.send_up = inspected
 bounds = block_placement(sizes, comm.Get_size())
 first, stop = bounds[rank], bounds[rank + 1]
 mine = points[offsets[first]:offsets[stop]]
-plan = HaloPlan.build(network.rows(np.arange(first, stop)), owners_from_bounds(bounds), rank)
+plan = HaloPlan.build(network.rows(np.arange(first, stop)), BlockOwners(bounds), rank)
 centers = driver.network_seeding(comm, mine, kernels.UNWEIGHTED, offsets[first:stop + 1] - offsets[first], plan,
                                  options)
 smallest = min((rows[:, -1].min() for rows in sent if len(rows)), default=np.inf)

@@ -6,7 +6,7 @@ graphs of every kind, placed in blocks or scattered over the ranks; rank 0 print
 import numpy as np
 from mpi4py import MPI
 
-from nkmpi.graph import build_network, spanning_tree
+from nkmpi.graph import BlockOwners, build_network, spanning_tree
 from nkmpi.halo import HaloPlan
 from nkmpi.tree import local_spanning_tree
 
@@ -25,9 +25,10 @@ for case in range(60):
     if case % 2:                                    # scattered: any agent on any rank, each rank some
         owner = np.concatenate([np.arange(size), rng.integers(0, size, n_agents - size)])
         rng.shuffle(owner)
-    else:
-        owner = np.repeat(np.arange(size), np.diff(np.linspace(0, n_agents, size + 1).astype(int)))
-    mine = np.flatnonzero(owner == rank)
+        mine = np.flatnonzero(owner == rank)
+    else:                                           # blocks, their owners found from the bounds
+        bounds = np.linspace(0, n_agents, size + 1).astype(np.int64)
+        owner, mine = BlockOwners(bounds), np.arange(bounds[rank], bounds[rank + 1])
     tree = local_spanning_tree(comm, HaloPlan.build(network.rows(mine), owner, rank))
     whole = spanning_tree(network)
     where = f"case {case} ({specs[case % len(specs)]}, {n_agents} agents)"
