@@ -427,7 +427,11 @@ class _Run:
             self.report(f"nkmpi: checkpoint after iteration {snapshot.iterations} written to {checkpoint}")
 
         row_weights = kernels.UNWEIGHTED if weights is None else weights
-        result = driver.run(comm, points, offsets, agents, graph, shard.owner, options, self.stream,
+        # The graph's rows are handed over, no name left for them here: the driver lets them go
+        # once its exchange plan holds what the loop needs (8 bytes an edge end).
+        handed_over = [graph]
+        del graph
+        result = driver.run(comm, points, offsets, agents, handed_over.pop(), shard.owner, options, self.stream,
                             resume=resume, checkpoint=write_checkpoint if checkpoint else None,
                             checkpoint_every=options.checkpoint_every, stop_requested=self.stop_requested,
                             weights=row_weights)

@@ -57,15 +57,26 @@ def rounded_sums(partials: np.ndarray) -> list[float]:
     return [math.fsum(coordinate[1:1 + int(coordinate[0])]) for coordinate in partials]
 
 
+#: Agents whose copies of the model are costed at once: a block's cost takes memory for that
+#: many agents' centers and cluster sums, not for all of them.
+AGENTS_AT_ONCE = 4096
+
+
 def agents_cost(model: np.ndarray, points: np.ndarray, offsets: np.ndarray,
                 weights: np.ndarray = kernels.UNWEIGHTED) -> np.ndarray:
     """Exact partials of the cost of `model` (K, p) over these agents' rows: each row's
     weight times its squared distance to the nearest center, in the kernels' precision,
     each agent's rows added in order."""
     n_agents = len(offsets) - 1
-    centers = np.broadcast_to(model, (n_agents,) + model.shape).copy()
-    labels = np.full(len(points), -1, dtype=np.int32)
-    _, _, sse, _ = kernels.assign_and_accumulate(points, offsets, centers, labels, weights=weights)
+    sse = np.zeros(n_agents)
+    centers = np.broadcast_to(model, (min(n_agents, AGENTS_AT_ONCE),) + model.shape).copy()
+    for first in range(0, n_agents, AGENTS_AT_ONCE):
+        stop = min(first + AGENTS_AT_ONCE, n_agents)
+        start, end = int(offsets[first]), int(offsets[stop])
+        labels = np.full(end - start, -1, dtype=np.int32)
+        _, _, sse[first:stop], _ = kernels.assign_and_accumulate(
+            points[start:end], offsets[first:stop + 1] - start, centers[:stop - first], labels,
+            weights=weights[start:end] if len(weights) else weights)
     return kernels.exact_partials(sse)
 
 

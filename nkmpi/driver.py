@@ -175,15 +175,17 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
 
 
 def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, weights: np.ndarray,
-                    offsets: np.ndarray, agents: np.ndarray, options: Options) -> None:
+                    offsets: np.ndarray, agents: np.ndarray, options: Options) -> np.ndarray:
     """Each agent's initial centers, written into exchange.centers: the given ones, the
     network-wide seeding, or a per-agent method's seeds then flood rounds over neighbour
-    exchanges until every agent has centers."""
+    exchanges until every agent has centers.  Returns them, as a read-only (L, K, p) view
+    of one (K, p) where every agent starts alike (the given ones, the network seeding),
+    so that a run does not keep a second copy of every agent's centers to report them."""
     centers = exchange.centers
     if not isinstance(options.init, str):
-        centers[:] = options.init
+        shared = np.array(options.init, dtype=np.float64)
     elif options.init == NETWORK_SEEDING:
-        centers[:] = network_seeding(comm, points, weights, offsets, exchange.plan, options)
+        shared = network_seeding(comm, points, weights, offsets, exchange.plan, options)
     else:
         centers[:] = np.nan
         seeds, _ = agent_seeds(comm, points, weights, offsets, agents, options,
@@ -194,6 +196,9 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
         while comm.allreduce(lacking, op=MPI.SUM) > 0:
             exchange.exchange()
             lacking = adopt_from_neighbours(centers, exchange.ext, exchange.plan.nbr_ptr, exchange.plan.nbr_idx)
+        return centers.copy()
+    centers[:] = shared
+    return np.broadcast_to(shared, centers.shape)
 
 
 def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,
@@ -234,6 +239,7 @@ def run(comm: MPI.Comm, points: np.ndarray, offsets: np.ndarray, agents: np.ndar
         stop, interrupted (before the first: with `iterations` where they began).
     """
     loop = _Loop(comm, points, weights, offsets, agents, graph, owner, options, stream, resume)
+    del graph                               # the loop's reference is the last: see _Loop.graph
     algorithm = _ALGORITHMS[options.algorithm](loop)
     return loop.run(algorithm, stop_requested, checkpoint, checkpoint_every)
 
@@ -246,9 +252,15 @@ class _Loop:
     stop_hops : iterations a stop deadline needs to reach every rank (StopAgreement).
     iterate(iteration, stop) : one iteration, lapping the timer at the end of each of
         LOOP_PHASES; True when the run has come to rest (converged).
-    pass_offsets, pass_centers : the offsets and centers the assignment pass reads.
+    pass_offsets, pass_centers : the offsets and centers the assignment pass reads;
+        local_pass, statistics : that pass (a LocalPass) and its accumulators, which also
+        give the final labels.
     block_centers() : (L, K, p) the block's current centers; start_centers : its initial ones.
     rho_stage, bytes_sent : as in BlockResult; free() : release its MPI objects.
+
+    The loop's `graph` (the block's rows of it) is needed only while an algorithm sets up
+    (the exchange plan, the seeding); the algorithm drops it then, so that its 8 bytes an
+    edge end are not held through the iterations.
     """
 
     def __init__(self, comm, points, weights, offsets, agents, graph, owner, options, stream, resume):
@@ -277,8 +289,8 @@ class _Loop:
         else:
             iteration, converged, interrupted = self.iterate(algorithm, stop, checkpoint, checkpoint_every)
         self.timer.charge_since("loop", loop_started)
-        if not interrupted:
-            kernels.nearest_labels(self.points, algorithm.pass_offsets, algorithm.pass_centers, self.labels)
+        if not interrupted:     # each row's nearest final center: one more pass, with its bounds and sums
+            algorithm.local_pass.run(algorithm.pass_centers, self.labels, algorithm.statistics)
         result = self.result(algorithm, iteration, converged, interrupted)
         algorithm.free()
         return result
@@ -317,14 +329,15 @@ class _NKMeans:
         self.loop = loop
         comm, options = loop.comm, loop.options
         self.plan = HaloPlan.build(loop.graph, loop.owner, comm.Get_rank())
-        release_freed_memory()                  # the plan's temporaries, before the exchange's buffers
+        loop.graph = None
+        release_freed_memory()                  # the graph and the plan's temporaries, before the exchange's buffers
         self.exchange = NeighbourExchange(comm, self.plan, loop.shape)
         # The rank graph's diameter: each rank's farthest hop count, the largest of them.
         self.stop_hops = comm.allreduce(rank_eccentricity(comm.allgather(self.plan.ranks), comm.Get_rank()),
                                         op=MPI.MAX)
         if loop.resume is None:
-            initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets, loop.agents, options)
-            self.start_centers = self.exchange.centers.copy()
+            self.start_centers = initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets,
+                                                 loop.agents, options)
             self.rho_stage = 0
         else:
             self.exchange.centers[:] = loop.resume["centers"]
@@ -334,7 +347,11 @@ class _NKMeans:
         self.n_points = comm.allreduce(len(loop.points)) if options.rho_schedule else 0
         self.faults = FaultModel.from_options(options)
         self.statistics = kernels.accumulators(len(loop.agents), *loop.shape)
-        self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters, loop.weights)
+        # Where each update is a kernel call of its own (the agents have ghosts), it measures
+        # the centers' moves for the next pass, which then keeps no copy of the centers.
+        self.one_call = self.plan.n_ext == self.plan.n_local
+        self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters, loop.weights,
+                                    moves_given=not self.one_call)
         self.pass_offsets = loop.offsets
 
     @property
@@ -362,13 +379,13 @@ class _NKMeans:
         timer.lap("exchange")
         if monitoring:
             disagreement = kernels.edge_disagreement(exchange.ext, plan.agents, plan.nbr_ptr, plan.nbr_idx,
-                                                    plan.nbr_ids)
+                                                    plan.ext_ids)
             before = exchange.centers.copy() if inner > 1 else exchange.centers
         first_update = (iteration - 1) * inner + 1
-        if plan.n_ext == plan.n_local:       # no ghosts: every update in one call, no exchanges between
+        if self.one_call:                   # no ghosts: every update in one call, no exchanges between
             kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
                                          counts, rho, options.alpha, inner, faults=self.faults,
-                                         first_update=first_update, agent_ids=plan.agents, nbr_ids=plan.nbr_ids)
+                                         first_update=first_update, agent_ids=plan.agents, ext_ids=plan.ext_ids)
             if inner % 2:
                 exchange.swap()
         else:
@@ -379,7 +396,8 @@ class _NKMeans:
                     timer.lap("exchange")
                 kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
                                       rho, options.alpha, out=exchange.spare, faults=self.faults,
-                                      update=first_update + step, agent_ids=plan.agents, nbr_ids=plan.nbr_ids)
+                                      update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
+                                      moved=self.local_pass.moved, move_terms=self.local_pass.move_terms)
                 exchange.swap()
         timer.lap("update")
         at_rest = False
@@ -419,17 +437,21 @@ class _Lloyd:
         else:
             centers = comm.bcast(loop.resume["centers"][0] if len(loop.agents) else None,
                                  root=int(loop.owner[0]))
+        loop.graph = None
         self.pass_offsets = np.append(np.arange(0, max(n_rows, 1), LLOYD_CHUNK_ROWS), n_rows)
         #: The centers, once per chunk of rows (each chunk is an "agent" of the pass).
         self.pass_centers = np.empty((len(self.pass_offsets) - 1,) + loop.shape)
         self.pass_centers[:] = centers
-        self.start_centers = self.block_centers() if loop.resume is None else loop.resume["initial_centers"]
+        self.start_centers = self.block_centers(view=True) if loop.resume is None else loop.resume["initial_centers"]
         self.statistics = kernels.accumulators(len(self.pass_offsets) - 1, *loop.shape)
         self.local_pass = LocalPass(loop.points, self.pass_offsets, loop.options.n_clusters, loop.weights)
         self.totals = ClusterTotals(comm, loop.shape)
 
-    def block_centers(self) -> np.ndarray:
-        return np.broadcast_to(self.pass_centers[0], (len(self.loop.agents),) + self.loop.shape).copy()
+    def block_centers(self, view: bool = False) -> np.ndarray:
+        """(L, K, p) every agent's centers, the same for all: an array, or with `view` a
+        read-only view of one (K, p) copy."""
+        shared = np.broadcast_to(self.pass_centers[0].copy(), (len(self.loop.agents),) + self.loop.shape)
+        return shared if view else shared.copy()
 
     @property
     def bytes_sent(self) -> int:

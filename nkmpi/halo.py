@@ -30,7 +30,7 @@ CONTROL = -1
 
 @dataclass(frozen=True)
 class HaloPlan:
-    """The exchange plan of one rank (all arrays int64).
+    """The exchange plan of one rank (int64 arrays, but nbr_idx: int32 where ext's rows allow).
 
     rank : this rank; agents : (L,) ascending global ids of its agents.
     ranks : (R,) the neighbour ranks, ascending: those hosting a neighbour of one of
@@ -43,7 +43,9 @@ class HaloPlan:
         row L + i of `ext`.
     control_rows : rows of `ext` holding the control rows received.
     nbr_ptr, nbr_idx : each block agent's neighbours as rows of `ext`, in ascending
-        global id (the kernels' order); nbr_ids : the global id of each of them.
+        global id (the kernels' order).
+    ext_ids : the global id of each row of `ext` (CONTROL for control rows): a neighbour
+        entry's id is ext_ids[nbr_idx[e]], so that the plan keeps no id per entry.
     """
 
     rank: int
@@ -58,7 +60,7 @@ class HaloPlan:
     control_rows: np.ndarray
     nbr_ptr: np.ndarray
     nbr_idx: np.ndarray
-    nbr_ids: np.ndarray
+    ext_ids: np.ndarray
 
     @classmethod
     def build(cls, graph: LocalGraph, owner: np.ndarray, rank: int) -> HaloPlan:
@@ -87,12 +89,14 @@ class HaloPlan:
         by_sent, first = _distinct_by_rank(ghost_rank, source[remote])
         send_index, send_counts, _ = _messages(ranks, ghost_rank[by_sent][first], source[remote][by_sent][first])
 
+        n_ext = n_local + len(recv_ids)
         return cls(rank=int(rank), agents=agents, ranks=ranks.astype(np.int64), send_index=send_index,
                    send_counts=send_counts, send_displs=np.cumsum(send_counts) - send_counts, recv_ids=recv_ids,
                    recv_counts=recv_counts, recv_displs=np.cumsum(recv_counts) - recv_counts,
                    control_rows=n_local + np.flatnonzero(recv_ids == CONTROL),
-                   nbr_ptr=graph.indptr.astype(np.int64), nbr_idx=ext_row.astype(np.int64, copy=False),
-                   nbr_ids=target)
+                   nbr_ptr=graph.indptr.astype(np.int64),
+                   nbr_idx=ext_row.astype(np.int32 if n_ext <= np.iinfo(np.int32).max else np.int64),
+                   ext_ids=np.concatenate([agents, recv_ids]).astype(np.int64))
 
     @property
     def n_local(self) -> int:

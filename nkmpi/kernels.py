@@ -189,11 +189,38 @@ def _add_neighbours(total, rows, nbr_idx, first, stop):
         e += 1
 
 
+NO_IDS = np.zeros(0, dtype=np.int64)
+#: No moves tracked (center_update's `moved`); never written, passed as an argument.
+NO_MOVES = np.zeros((0, 0))
+
+
+@njit(inline='always', **_JIT)
+def _add_moves(moved, a, x, o, gap, n_clusters, n_features, single, f64_err, eta):
+    """moved[a, k] += how far each center k moved from x to o (flat K x p rows), rounded up:
+    the true distance between the two rounded to the data's precision (float32 when
+    `single`), summed feature by feature as local_pass measures it, plus the float64 error
+    of that sum, of its square root and of the addition.  The features are the outer loop,
+    so that the K sums are independent chains (one chain per center took 8 times as long)."""
+    for k in range(n_clusters):
+        gap[k] = 0.0
+    for j in range(n_features):
+        for k in range(n_clusters):
+            w = k * n_features + j
+            if single:
+                diff = np.float64(np.float32(o[w])) - np.float64(np.float32(x[w]))
+            else:
+                diff = o[w] - x[w]
+            gap[k] += diff * diff
+    for k in range(n_clusters):             # apart from the loops around it: the square roots vectorize
+        moved[a, k] = (moved[a, k] + np.sqrt(gap[k]) * (1.0 + f64_err) + eta) * (1.0 + f64_err)
+
+
 @njit(**_JIT)
 def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-            agent_ids, nbr_ids, first, stop):
+            agent_ids, ext_ids, moved, single, f64_err, eta, first, stop):
     """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
-    n / rho already (the same numbers: each is one division either way)."""
+    n / rho already (the same numbers: each is one division either way).  With rows in
+    `moved`, each center's move is added to it (_add_moves)."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
     # Contiguous rows of K x p, taken once: vectorizable loops, and no view made per agent.
@@ -201,7 +228,9 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
     flat_centers, flat_sums = centers.reshape(len(centers), width), sums.reshape(len(sums), width)
     flat_out = out.reshape(len(out), width)
     total = np.empty(width)
+    gap = np.empty(n_clusters)
     faulty = enabled(fault_params)
+    tracking = moved.shape[0] > 0
     for a in range(first, stop):
         if faulty and not takes_part(fault_params, agent_ids[a], update):
             out[a] = centers[a]
@@ -211,7 +240,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
         if faulty:
             degree = 0
             for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-                if link_up(fault_params, agent_ids[a], nbr_ids[e], update):
+                if link_up(fault_params, agent_ids[a], ext_ids[nbr_idx[e]], update):
                     degree += 1
                     _add_neighbours(total, flat_ext, nbr_idx, e, e + 1)
         else:
@@ -234,43 +263,48 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
                     w = base + j
                     mu = (s[w] / rho + total[w]) / weight
                     o[w] = x[w] - alpha * (x[w] - mu)
+        if tracking:
+            _add_moves(moved, a, x, o, gap, n_clusters, n_features, single, f64_err, eta)
 
 
 @njit(parallel=True, **_JIT)
 def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                     agent_ids, nbr_ids, n_ranges, n_agents):
+                     agent_ids, ext_ids, moved, single, f64_err, eta, n_ranges, n_agents):
     for r in prange(n_ranges):
         _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                agent_ids, nbr_ids, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+                agent_ids, ext_ids, moved, single, f64_err, eta, r * n_agents // n_ranges,
+                (r + 1) * n_agents // n_ranges)
 
 
 @njit(**_JIT)
 def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update, n_updates,
-             agent_ids, nbr_ids, first, stop):
+             agent_ids, ext_ids, first, stop):
+    untracked = np.zeros((0, 0))            # (a global array would be read-only to numba)
     for step in range(n_updates):
         _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
-                first_update + step, agent_ids, nbr_ids, first, stop)
+                first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, first, stop)
         current, spare = spare, current
 
 
 @njit(parallel=True, **_JIT)
 def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update,
-                      n_updates, agent_ids, nbr_ids, n_ranges, n_agents):
+                      n_updates, agent_ids, ext_ids, n_ranges, n_agents):
+    untracked = np.zeros((0, 0))
     for step in range(n_updates):           # each update reads the whole previous one: ranges join per step
         for r in prange(n_ranges):
             _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
-                    first_update + step, agent_ids, nbr_ids, r * n_agents // n_ranges,
+                    first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, r * n_agents // n_ranges,
                     (r + 1) * n_agents // n_ranges)
         current, spare = spare, current
 
 
-NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
                   sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, out: np.ndarray | None = None,
                   faults: FaultModel = NO_FAULTS, update: int = 0, agent_ids: np.ndarray = NO_IDS,
-                  nbr_ids: np.ndarray = NO_IDS) -> np.ndarray:
+                  ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
+                  move_terms: tuple = (False, 0.0, 0.0)) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -279,35 +313,41 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     nor neighbours keeps its center.  Writes into `out` when given.
 
     faults : a faults.FaultModel (NO_FAULTS, the default, draws nothing); any other
-    needs the global ids of the block's agents (`agent_ids`) and of each neighbour
-    entry (`nbr_ids`): its draws are keyed on them and on `update`, the update's
-    number.  Only neighbours whose link is up count in Omega, and an agent that
+    needs the global ids of the block's agents (`agent_ids`) and of each row of `ext`
+    (`ext_ids`): its draws are keyed on them and on `update`, the update's number.  Only neighbours whose link is up count in Omega, and an agent that
     sits out keeps its centers.
+
+    moved : (L, K) a LocalPass's `moved` (one made with moves_given), to which each
+    center's move is added, measured as its `move_terms` say; by default nothing.
     """
     if out is None:
         out = np.empty_like(centers)
-    if (len(agent_ids) != len(centers) or len(nbr_ids) != len(nbr_idx)) and faults is not NO_FAULTS:
-        raise ValueError("a fault model needs the global ids of the agents and of their neighbours")
+    if (len(agent_ids) != len(centers) or len(ext_ids) != len(ext)) and faults is not NO_FAULTS:
+        raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
+    if len(moved) and moved.shape != centers.shape[:2]:
+        raise ValueError(f"moved must hold one number per center, {centers.shape[:2]}, not {moved.shape}")
+    single, f64_err, eta = move_terms
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
-                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, nbr_ids)
+                float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
+                bool(single), float(f64_err), float(eta))
     return out
 
 
 def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
                          sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, n_updates: int,
                          faults: FaultModel = NO_FAULTS, first_update: int = 0, agent_ids: np.ndarray = NO_IDS,
-                         nbr_ids: np.ndarray = NO_IDS) -> np.ndarray:
+                         ext_ids: np.ndarray = NO_IDS) -> np.ndarray:
     """`n_updates` center updates in one call, for a block whose agents' neighbours are all
     its own (nbr_idx indexes the block's centers; no ghosts): each is `center_update` from
     the last, alternating between `current` and `spare`.  Returns the array holding the
     result.  Bit for bit the updates one by one, without a Python call and an exchange
     per update: on one rank, a run's inner updates and the estimator's cost microseconds
     each, not tens."""
-    if (len(agent_ids) != len(current) or len(nbr_ids) != len(nbr_idx)) and faults is not NO_FAULTS:
-        raise ValueError("a fault model needs the global ids of the agents and of their neighbours")
+    if (len(agent_ids) != len(current) or len(ext_ids) != len(current)) and faults is not NO_FAULTS:
+        raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
     in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
                 counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
-                nbr_ids)
+                ext_ids)
     return spare if n_updates % 2 else current
 
 
@@ -418,7 +458,7 @@ def _edge_term(rows, a, b):
 
 
 @njit(**_JIT)
-def _disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids):
+def _disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids):
     rows = ext.reshape(ext.shape[0], ext.shape[1] * ext.shape[2])
     partials = np.zeros(EXACT_PARTIALS)
     n = 0
@@ -426,7 +466,7 @@ def _disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids):
     m = 0
     for a in range(agents.shape[0]):
         for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-            if nbr_ids[e] < agents[a]:          # each edge once network-wide, by its lower end's rank
+            if ext_ids[nbr_idx[e]] < agents[a]:     # each edge once network-wide, by its lower end's rank
                 continue
             ends[0, m], ends[1, m] = a, nbr_idx[e]
             m += 1
@@ -450,14 +490,15 @@ def _disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids):
 
 
 def edge_disagreement(ext: np.ndarray, agents: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
-                      nbr_ids: np.ndarray) -> np.ndarray:
+                      ext_ids: np.ndarray) -> np.ndarray:
     """sum over edges (a, b), a < b, a one of `agents` (the block's, ascending global ids), of
     sum_k ||x_a^k - x_b^k||^2, as exact partials (see `exact_partials`).  a's neighbours are
-    rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` with global ids nbr_ids (halo.HaloPlan's).
+    rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext`, whose rows have global ids ext_ids
+    (halo.HaloPlan's).
     Each edge is counted by the rank of its lower end, and its term is computed alike
     wherever that is; the partials add the terms without rounding, so the sum over the
     ranks does not depend on the placement."""
-    return _disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids)
+    return _disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids)
 
 
 @njit(**_JIT)
@@ -485,9 +526,10 @@ def warm_up(dtype: np.dtype | type) -> None:
     offsets = np.array([0, 2])
     sums, counts, _, _ = assign_and_accumulate(points, offsets, centers, np.zeros(2, dtype=np.int32))
     nbr = np.zeros(1, dtype=np.int64)
-    center_update(centers, centers, np.array([0, 0]), nbr, sums, counts, 1.0, 1.0)
-    local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr, sums, counts, 1.0, 1.0, 2)
-    edge_disagreement(centers, nbr, np.array([0, 0]), nbr, nbr)
+    nbr_rows = np.zeros(1, dtype=np.int32)   # a halo plan's nbr_idx
+    center_update(centers, centers, np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0)
+    local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2)
+    edge_disagreement(centers, nbr, np.array([0, 0]), nbr_rows, nbr)
     exact_partials(np.zeros(1))
     largest_move(centers, centers)
     pack_rows(centers, nbr, 0.0, centers.copy())

@@ -260,15 +260,14 @@ def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, ga
 
 
 @njit(**_JIT)
-def _assess_pending(points, sizes, previous, a, labels, upper, lower, pending, pending_low, n_pending, exact_err,
+def _assess_pending(points, sizes, center, labels, upper, lower, pending, pending_low, n_pending, exact_err,
                     screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm):
     """The rows whose moved bounds overlap: tighten each upper bound to the exact distance to
     its own center; the rows that still overlap are assessed in full, by GEMM screening
     when there are SCREEN_PENDING of them or more (a big move of the centers unsettles many
     rows at once), else per feature.  A row that changes label marks its old and new
-    cluster in `affected`.  Returns (changed labels, skipped rows, screened rows, rows
-    assessed per feature)."""
-    center = previous[a]
+    cluster in `affected`.  center : (K, p) the agent's centers in the data's precision.
+    Returns (changed labels, skipped rows, screened rows, rows assessed per feature)."""
     n_open = 0                              # the rows still open, listed over `pending`
     for p in range(n_pending):
         row, low = pending[p], pending_low[p]
@@ -297,38 +296,51 @@ def _assess_pending(points, sizes, previous, a, labels, upper, lower, pending, p
     return changed, skipped, 0, n_open
 
 
+@njit(inline='always', **_JIT)
+def _rank_moves(move, i, n_clusters):
+    """move[i, K:K+3] = the largest and second-largest of move[i, :K] and the largest's index."""
+    largest, second, largest_k = 0.0, 0.0, n_clusters
+    for k in range(n_clusters):         # without branches, like _ranked
+        second = max(second, min(move[i, k], largest))
+        largest_k = k if move[i, k] > largest else largest_k
+        largest = max(largest, move[i, k])
+    move[i, n_clusters], move[i, n_clusters + 1], move[i, n_clusters + 2] = largest, second, largest_k
+
+
 @njit(**_JIT)
-def _moves(centers, previous, ready, first, stop, move, f64_err, eta):
+def _moves(centers, previous, moved, ready, first, stop, move, f64_err, eta):
     """For the agents first..stop-1 that have bounds: how far each center moved since the last
     pass (true distance, rounded up), the largest and second-largest move and the largest's
-    index; `previous` takes the new centers in the data's precision.  Done for a chunk of
-    agents before their rows, so that no row waits on its agent's chain of square roots."""
+    index.  From the caller's `moved` when it has rows (then reset to 0), else from the
+    `previous` centers, which take the new ones in the data's precision.  Done for a chunk
+    of agents before their rows, so that no row waits on its agent's chain of square roots."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
+    given = moved.shape[0] > 0
     for a in range(first, stop):
         if not ready[a]:
             continue
         i = a - first
-        for k in range(n_clusters):
-            gap = 0.0
-            for j in range(n_features):
-                c = previous.dtype.type(centers[a, k, j])      # in the data's precision, as the reference
-                diff = np.float64(c) - np.float64(previous[a, k, j])
-                previous[a, k, j] = c
-                gap += diff * diff
-            move[i, k] = gap
-        for k in range(n_clusters):         # apart from the loops around it: the square roots vectorize
-            move[i, k] = np.sqrt(move[i, k]) * (1.0 + f64_err) + eta
-        largest, second, largest_k = 0.0, 0.0, n_clusters
-        for k in range(n_clusters):         # without branches, like _ranked
-            second = max(second, min(move[i, k], largest))
-            largest_k = k if move[i, k] > largest else largest_k
-            largest = max(largest, move[i, k])
-        move[i, n_clusters], move[i, n_clusters + 1], move[i, n_clusters + 2] = largest, second, largest_k
+        if given:
+            for k in range(n_clusters):
+                move[i, k] = moved[a, k]
+                moved[a, k] = 0.0
+        else:
+            for k in range(n_clusters):
+                gap = 0.0
+                for j in range(n_features):
+                    c = previous.dtype.type(centers[a, k, j])      # in the data's precision, as the reference
+                    diff = np.float64(c) - np.float64(previous[a, k, j])
+                    previous[a, k, j] = c
+                    gap += diff * diff
+                move[i, k] = gap
+            for k in range(n_clusters):     # apart from the loops around it: the square roots vectorize
+                move[i, k] = np.sqrt(move[i, k]) * (1.0 + f64_err) + eta
+        _rank_moves(move, i, n_clusters)
 
 
 @njit(**_JIT)
-def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
-          counters, exact_err, screen_err, f64_err, eta, first, stop):
+def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, moved,
+          ready, counters, exact_err, screen_err, f64_err, eta, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
@@ -342,7 +354,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     gathered = np.empty((dots.shape[0], n_features), dtype=points.dtype)
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
-        _moves(centers, previous, ready, chunk, chunk_stop, move, f64_err, eta)
+        _moves(centers, previous, moved, ready, chunk, chunk_stop, move, f64_err, eta)
         for a in range(chunk, chunk_stop):
             lo, hi = offsets[a], offsets[a + 1]
             skipped = screened = assessed = 0
@@ -369,8 +381,15 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                             n_pending += 1
                     if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
                         skipped -= n_pending
+                        if moved.shape[0]:          # no copy kept: the centers in the data's precision
+                            for k in range(n_clusters):
+                                for j in range(n_features):
+                                    center[k, j] = centers[a, k, j]
+                            agent_centers = center
+                        else:
+                            agent_centers = previous[a]
                         more_changed, more_skipped, more_screened, more_assessed = _assess_pending(
-                            points, sizes, previous, a, labels, upper, lower, pending, pending_low, n_pending,
+                            points, sizes, agent_centers, labels, upper, lower, pending, pending_low, n_pending,
                             exact_err, screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm)
                         agent_changed += more_changed
                         skipped += more_skipped
@@ -400,7 +419,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                     agent_changed = _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a,
                                                  rows_t, dist, exact_err, f64_err, eta)
                     assessed = hi - lo
-                previous[a] = center
+                if not moved.shape[0]:
+                    previous[a] = center
                 ready[a] = True
             changed[a] = agent_changed
             counters[a, 0], counters[a, 1], counters[a, 2] = skipped, screened, assessed
@@ -408,10 +428,10 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
 
 @njit(parallel=True, **_JIT)
 def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous,
-                   ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+                   moved, ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
     for r in prange(n_ranges):
-        _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, ready,
-              counters, exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
+        _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, moved,
+              ready, counters, exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
               (r + 1) * n_agents // n_ranges)
 
 
@@ -457,26 +477,37 @@ class LocalPass:
     Pass the same `labels` and `out` arrays to every `run` (the bounds describe
     those labels, and a settled cluster's sums are kept in `out`).  Memory: 8 bytes
     a row of bounds, 8 more for the row norms when screening, and the block's
-    previous centers in the data's precision.
+    previous centers in the data's precision, or with `moves_given` K numbers an
+    agent instead: `moved`, to which the caller adds how far each center moves
+    between runs (kernels.center_update does, given `move_terms`), read and reset
+    by each run.  That costs the caller nothing where it computes the new centers
+    anyway, and spares the pass reading two copies of the centers and writing one.
 
     rows_skipped, rows_screened, rows_exact : of the last run, rows whose label the
     bounds kept, rows the GEMM screening assigned, rows assessed per feature.
     """
 
-    def __init__(self, points: np.ndarray, offsets: np.ndarray, n_clusters: int, weights: np.ndarray = UNWEIGHTED):
+    def __init__(self, points: np.ndarray, offsets: np.ndarray, n_clusters: int, weights: np.ndarray = UNWEIGHTED,
+                 moves_given: bool = False):
         self.points, self.weights = points, weights
         self.offsets = np.asarray(offsets, dtype=np.int64)
         n_rows, n_features = points.shape
         n_agents = len(self.offsets) - 1
         self.upper = written_zeros(n_rows, np.float32)
         self.lower = written_zeros(n_rows, np.float32)
-        self.previous = written_zeros((n_agents, n_clusters, n_features), points.dtype)
+        kept = 0 if moves_given else n_agents
+        self.previous = written_zeros((kept, n_clusters, n_features), points.dtype)
+        self.moved = written_zeros((n_agents - kept, n_clusters))
         self.ready = np.zeros(n_agents, dtype=np.bool_)
         self.counters = np.zeros((n_agents, 3), dtype=np.int64)
         screening = n_features >= SCREEN_FEATURES and bool((np.diff(self.offsets) >= SCREEN_ROWS).any())
         self.sizes = _row_sizes(points) if screening else np.zeros(0)
         self.errors = (_gamma(n_features + 2, points.dtype), _gamma(n_features, points.dtype),
                        _gamma(n_features + 4, np.float64), ETA_ULPS * n_features * np.finfo(points.dtype).tiny)
+        #: What a caller that computes the moves needs: whether they are measured between the
+        #: centers rounded to float32 (the data's precision), the float64 error of a move's
+        #: square root and sum, and the absolute term for underflow.
+        self.move_terms = (points.dtype == np.float32, *self.errors[2:])
         self.rows_skipped = self.rows_screened = self.rows_exact = 0
 
     def run(self, centers: np.ndarray, labels: np.ndarray, out: tuple) -> tuple[np.ndarray, np.ndarray, int]:
@@ -489,8 +520,8 @@ class LocalPass:
         """
         sums, counts, _, changed = out
         in_parallel(_pass, _pass_parallel, len(centers), self.points, self.weights, self.offsets, self.sizes,
-                    centers, labels, sums, counts, changed, self.upper, self.lower, self.previous, self.ready,
-                    self.counters, *self.errors)
+                    centers, labels, sums, counts, changed, self.upper, self.lower, self.previous, self.moved,
+                    self.ready, self.counters, *self.errors)
         self.rows_skipped, self.rows_screened, self.rows_exact = (int(c) for c in self.counters.sum(axis=0))
         return sums, counts, int(changed.sum())
 

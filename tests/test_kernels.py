@@ -126,12 +126,13 @@ def test_center_update_adds_neighbours_in_order(degree):
 def test_center_update_with_faults_against_the_draws():
     """Links that are down do not count in Omega; an agent that sits out keeps its centers."""
     centers, ext, nbr_ptr, nbr_idx, sums, counts = problem = update_problem()
-    agent_ids, nbr_ids = np.array([10, 11, 12]), np.array([11, 4, 30, 10])
+    agent_ids, ext_ids = np.array([10, 11, 12]), np.array([10, 11, 12, 4, 99, 30])
+    nbr_ids = ext_ids[nbr_idx]
     faults = FaultModel(seed=3, link_failure_prob=0.5, dropout_prob=0.3)
     seen = set()
     for update in range(1, 30):
         new = kernels.center_update(*problem, 4.0, 0.7, faults=faults, update=update, agent_ids=agent_ids,
-                                    nbr_ids=nbr_ids)
+                                    ext_ids=ext_ids)
         up = [link_up(faults.params, agent_ids[a], nbr_ids[e], update)
               for a in range(3) for e in range(nbr_ptr[a], nbr_ptr[a + 1])]
         expected = expected_update(*problem, 4.0, 0.7, counted=lambda a, e: up[e])
@@ -144,7 +145,7 @@ def test_center_update_with_faults_against_the_draws():
     assert seen == {"sits out", "down", "up"}
     # No fault drawn: the plain update; and a fault model needs the ids its draws are keyed on.
     quiet = kernels.center_update(*problem, 4.0, 0.7, faults=FaultModel(seed=3), update=5, agent_ids=agent_ids,
-                                  nbr_ids=nbr_ids)
+                                  ext_ids=ext_ids)
     np.testing.assert_array_equal(quiet, kernels.center_update(*problem, 4.0, 0.7))
     with pytest.raises(ValueError, match="global ids"):
         kernels.center_update(*problem, 4.0, 0.7, faults=faults, update=5)
@@ -169,7 +170,8 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
     counts = rng.integers(0, 4, size=(n_agents, k)).astype(np.float64)
     counts[2, 1] = 0                        # no points and no neighbours: the center stays
     start = rng.standard_normal((n_agents, k, p))
-    agent_ids, nbr_ids = np.arange(n_agents) + 100, nbr_idx + 100
+    agent_ids = np.arange(n_agents) + 100          # no ghosts: ext's rows are the block's agents
+    nbr_ids = agent_ids[nbr_idx]
     faults = FaultModel(seed=4, link_failure_prob=0.4, dropout_prob=0.2) if faulty else FaultModel(seed=4)
     expected = start.copy()
     for update in range(11, 11 + n_updates):
@@ -187,7 +189,7 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
     kernels.set_threads(threads)
     try:
         got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9, n_updates,
-                                           faults=faults, first_update=11, agent_ids=agent_ids, nbr_ids=nbr_ids)
+                                           faults=faults, first_update=11, agent_ids=agent_ids, ext_ids=agent_ids)
     finally:
         kernels.set_threads(1)
     assert got is (spare if n_updates % 2 else current)
@@ -200,11 +202,11 @@ def test_disagreement_and_move():
     rng = np.random.default_rng(3)
     ext = rng.standard_normal((5, 3, 2))
     agents = np.array([10, 20, 30])
-    nbr_ptr, nbr_idx, nbr_ids = np.array([0, 3, 5, 7]), np.array([4, 1, 3, 0, 2, 1, 3]), \
-        np.array([5, 20, 40, 10, 30, 20, 40])
+    nbr_ptr, nbr_idx, ext_ids = np.array([0, 3, 5, 7]), np.array([4, 1, 3, 0, 2, 1, 3]), \
+        np.array([10, 20, 30, 40, 5])
     a, b = np.array([0, 0, 1, 2]), np.array([1, 3, 2, 3])
     edges = ((ext[a] - ext[b]) ** 2).sum(axis=(1, 2))
-    assert math.fsum(kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, nbr_ids)) == \
+    assert math.fsum(kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids)) == \
         pytest.approx(math.fsum(edges), rel=1e-15)
     new = ext + rng.standard_normal(ext.shape)
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
@@ -223,7 +225,7 @@ def test_disagreement_sums_each_edge_in_order(n_edges):
             term += (x - y) * (x - y)
         terms.append(term)
     rows = np.arange(1, n_edges + 1)
-    got = kernels.edge_disagreement(ext, np.array([0]), np.array([0, n_edges]), rows, rows)
+    got = kernels.edge_disagreement(ext, np.array([0]), np.array([0, n_edges]), rows, np.arange(n_edges + 1))
     assert math.fsum(got) == math.fsum(terms)
 
 

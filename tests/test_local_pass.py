@@ -53,11 +53,11 @@ def oracle_distances(points, centers_of_agent, row):
 class Pair:
     """A LocalPass and the oracle on the same block, each with its own labels and accumulators."""
 
-    def __init__(self, points, offsets, n_clusters, labels=None, weights=kernels.UNWEIGHTED):
+    def __init__(self, points, offsets, n_clusters, labels=None, weights=kernels.UNWEIGHTED, moves_given=False):
         self.points, self.offsets, self.k, self.weights = points, offsets, n_clusters, weights
         n, p = points.shape
         self.n_agents = len(offsets) - 1
-        self.local = LocalPass(points, offsets, n_clusters, weights)
+        self.local = LocalPass(points, offsets, n_clusters, weights, moves_given=moves_given)
         self.labels = np.full(n, -1, dtype=np.int32) if labels is None else labels.copy()
         self.out = kernels.accumulators(self.n_agents, n_clusters, p)
         self.ref_labels = self.labels.copy()
@@ -203,6 +203,43 @@ def creeping_schedule(n_passes=20):
         if at < len(kinds):
             kinds[at] = kind
     return kinds
+
+
+def updated_towards(centers, target, local, steps):
+    """Centers moved towards `target` by `steps` kernels.center_update calls (alpha 1, no
+    neighbours, S = target and n = 1 at rho 1, so each goes to `target` but for rounding,
+    through a midpoint when steps > 1), each adding its moves to local.moved as a run's
+    updates do."""
+    no_neighbours = np.zeros(len(centers) + 1, dtype=np.int64)
+    counts = np.ones(centers.shape[:2])
+    for step in range(steps):
+        goal = target if step == steps - 1 else centers + rng_free_midpoint(step, steps) * (target - centers)
+        centers = kernels.center_update(centers, centers, no_neighbours, np.zeros(0, dtype=np.int64), goal,
+                                        counts, 1.0, 1.0, moved=local.moved, move_terms=local.move_terms)
+    return centers
+
+
+def rng_free_midpoint(step, steps):
+    """Where the intermediate updates of updated_towards stop: beyond the target and back
+    for the second (a move the net move does not show), else part of the way."""
+    return 1.5 if step == 1 else (step + 1) / steps
+
+
+def drive_given_moves(points, offsets, k, rng, kinds, steps):
+    """drive, with the moves between passes measured by the updates that make the centers
+    (LocalPass(moves_given=True)), `steps` updates a pass."""
+    pair = Pair(points, offsets, k, moves_given=True)
+    assert pair.local.previous.size == 0, "a pass given the moves keeps no copy of the centers"
+    scale = spread_of(points)
+    centers = initial_centers(points, offsets, k, rng)
+    sums = counts = None
+    for t in range(len(kinds) + 1):
+        if t:
+            centers = updated_towards(centers, next_centers(centers, sums, counts, kinds[t - 1], rng, scale),
+                                      pair.local, steps)
+        sums, counts, _ = pair.step(centers.copy())
+        assert not pair.local.moved.any(), f"pass {t} did not reset the moves it read"
+    return pair
 
 
 def drive(points, offsets, k, rng, kinds=None, buffers="fresh", centers=None, scale=None,
@@ -530,6 +567,23 @@ def test_settling_run_engages_the_bounds(dtype, threads):
     assert skipped[0] == 0
     n = len(points)
     assert all(s > 0.5 * n for s in skipped[-6:]), f"rows skipped per pass {skipped} of {n}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("p", [3, 32])
+def test_moves_measured_by_the_updates(dtype, steps, p, threads):
+    """A pass told the moves by the center updates (as a run with ghosts does) gives the
+    oracle's labels, sums and counts on every schedule of moves, across updates that
+    overshoot and come back; and its bounds still skip most rows once the centers settle."""
+    rng = np.random.default_rng(21 + steps + p)
+    sizes = [0, 3, 250, 1, 40, 1200, 7, 600]
+    points, offsets = blobs(rng, sizes, p, dtype)
+    drive_given_moves(points, offsets, 6, rng, standard_schedule(), steps)
+    drive_given_moves(points, offsets, 4, rng, creeping_schedule(), steps)
+    kinds = [("lloyd", 0.0)] * 6 + [("lloyd", float(e)) for e in np.geomspace(1e-5, 1e-7, 8)]
+    skipped = [h[1] for h in drive_given_moves(points, offsets, 5, rng, kinds, steps).history]
+    assert all(s > 0.5 * len(points) for s in skipped[-6:]), f"rows skipped per pass {skipped} of {len(points)}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

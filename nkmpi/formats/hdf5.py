@@ -286,12 +286,22 @@ def _lay_out(f: h5py.File, header: tuple, attrs: dict, shapes: dict) -> None:
         f.create_dataset(name, shape, dtype=dtype)
 
 
+#: Bytes of a slice written at once: h5py writes from a contiguous copy, so that a slice
+#: given as a broadcast view (every agent's initial centers, when all start alike) is
+#: never expanded whole.
+WRITE_CHUNK_BYTES = 2**24
+
+
 def _write_own(f: h5py.File, whole: dict, sliced: dict) -> None:
     """This rank's part of the laid-out file: the whole arrays (rank 0's), its own rows."""
     for name, array in whole.items():
         f[name][...] = array
     for name, part in sliced.items():
-        f[name][part.start:part.start + len(part.rows)] = part.rows
+        rows = part.rows
+        step = max(1, WRITE_CHUNK_BYTES // max(1, rows[:1].nbytes))
+        for first in range(0, len(rows), step):
+            chunk = rows[first:first + step]
+            f[name][part.start + first:part.start + first + len(chunk)] = chunk
 
 
 def _write_in_turn(temporary, comm, header, attrs, shapes, whole, sliced):
