@@ -195,24 +195,39 @@ NO_MOVES = np.zeros((0, 0))
 
 
 @njit(inline='always', **_JIT)
-def _add_moves(moved, a, x, o, gap, n_clusters, n_features, single, f64_err, eta):
+def _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta):
     """moved[a, k] += how far each center k moved from x to o (flat K x p rows), rounded up:
     the true distance between the two rounded to the data's precision (float32 when
-    `single`), summed feature by feature as local_pass measures it, plus the float64 error
-    of that sum, of its square root and of the addition.  The features are the outer loop,
-    so that the K sums are independent chains (one chain per center took 8 times as long)."""
+    `single`), plus the float64 error of its sum of squares (in any order), of its square
+    root and of the addition.  Four partial sums a center, so that no long chain of
+    additions holds up the update."""
     for k in range(n_clusters):
-        gap[k] = 0.0
-    for j in range(n_features):
-        for k in range(n_clusters):
-            w = k * n_features + j
+        base = k * n_features
+        s0 = s1 = s2 = s3 = 0.0
+        j = 0
+        while j + 4 <= n_features:
             if single:
-                diff = np.float64(np.float32(o[w])) - np.float64(np.float32(x[w]))
+                d0 = np.float64(np.float32(o[base + j])) - np.float64(np.float32(x[base + j]))
+                d1 = np.float64(np.float32(o[base + j + 1])) - np.float64(np.float32(x[base + j + 1]))
+                d2 = np.float64(np.float32(o[base + j + 2])) - np.float64(np.float32(x[base + j + 2]))
+                d3 = np.float64(np.float32(o[base + j + 3])) - np.float64(np.float32(x[base + j + 3]))
             else:
-                diff = o[w] - x[w]
-            gap[k] += diff * diff
-    for k in range(n_clusters):             # apart from the loops around it: the square roots vectorize
-        moved[a, k] = (moved[a, k] + np.sqrt(gap[k]) * (1.0 + f64_err) + eta) * (1.0 + f64_err)
+                d0, d1 = o[base + j] - x[base + j], o[base + j + 1] - x[base + j + 1]
+                d2, d3 = o[base + j + 2] - x[base + j + 2], o[base + j + 3] - x[base + j + 3]
+            s0 += d0 * d0
+            s1 += d1 * d1
+            s2 += d2 * d2
+            s3 += d3 * d3
+            j += 4
+        while j < n_features:
+            if single:
+                d0 = np.float64(np.float32(o[base + j])) - np.float64(np.float32(x[base + j]))
+            else:
+                d0 = o[base + j] - x[base + j]
+            s0 += d0 * d0
+            j += 1
+        gap = (s0 + s1) + (s2 + s3)
+        moved[a, k] = (moved[a, k] + np.sqrt(gap) * (1.0 + f64_err) + eta) * (1.0 + f64_err)
 
 
 @njit(**_JIT)
@@ -228,7 +243,6 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
     flat_centers, flat_sums = centers.reshape(len(centers), width), sums.reshape(len(sums), width)
     flat_out = out.reshape(len(out), width)
     total = np.empty(width)
-    gap = np.empty(n_clusters)
     faulty = enabled(fault_params)
     tracking = moved.shape[0] > 0
     for a in range(first, stop):
@@ -264,7 +278,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
                     mu = (s[w] / rho + total[w]) / weight
                     o[w] = x[w] - alpha * (x[w] - mu)
         if tracking:
-            _add_moves(moved, a, x, o, gap, n_clusters, n_features, single, f64_err, eta)
+            _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta)
 
 
 @njit(parallel=True, **_JIT)
