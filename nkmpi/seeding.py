@@ -160,12 +160,14 @@ def weighted_lloyd(x, weights, centers, max_steps):
                 changed += 1
                 labels[i] = best
             mass[best] += weights[i]
-            sums[best] += weights[i] * x[i]
+            for j in range(x.shape[1]):     # element by element: no array made per row
+                sums[best, j] += weights[i] * x[i, j]
         if changed == 0:
             break
         for c in range(k):
             if mass[c] > 0:
-                centers[c] = sums[c] / mass[c]
+                for j in range(x.shape[1]):
+                    centers[c, j] = sums[c, j] / mass[c]
     cost = 0.0
     for i in range(n):
         cost += weights[i] * _sqdist(x[i], centers[labels[i]])
@@ -210,7 +212,8 @@ def _merge_small_groups(centers, mass, counts, min_group):
                 if d < target_d:
                     target, target_d = c, d
         total = mass[small] + mass[target]
-        centers[target] = (mass[target] * centers[target] + mass[small] * centers[small]) / total
+        for j in range(centers.shape[1]):
+            centers[target, j] = (mass[target] * centers[target, j] + mass[small] * centers[small, j]) / total
         mass[target] = total
         counts[target] += counts[small]
         mass[small] = 0
