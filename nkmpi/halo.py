@@ -70,32 +70,38 @@ class HaloPlan:
         by their id alone."""
         agents, target = graph.agents, graph.indices               # target: global id of v, ascending per u
         n_local = len(agents)
-        source = np.repeat(np.arange(n_local), graph.degree)       # block index of u
-        target_rank = owner[target]
-        remote = np.flatnonzero(target_rank != rank)
-        if n_local and agents[-1] - agents[0] + 1 == n_local:      # a block: rows by subtraction
-            ext_row = target - agents[0]
+        block = n_local and agents[-1] - agents[0] + 1 == n_local
+        if block:                   # outside the block is another rank's: no owner looked up inside
+            remote = np.flatnonzero((target < agents[0]) | (target > agents[-1]))
         else:
-            ext_row = np.searchsorted(agents, target)
+            remote = np.flatnonzero(owner[target] != rank)
+        remote_target = target[remote]
+        remote_source = np.searchsorted(graph.indptr, remote, side="right") - 1    # block index of u
+        ghost_rank = np.asarray(owner[remote_target], dtype=np.int64)
+        # Rows of ext, written straight into their final type: no array of the entries' number
+        # is made in passing (each would be a first touch of fresh memory).
+        ext_row = np.empty(len(target), dtype=np.int32 if n_local + 2 * len(remote) <= np.iinfo(np.int32).max
+                           else np.int64)
+        if block:                   # rows by subtraction
+            np.subtract(target, agents[0], out=ext_row, casting="unsafe")
+        else:
+            ext_row[:] = np.searchsorted(agents, target)
 
         # The ghosts received, each once, by rank then id; what goes out, each block agent
         # with a neighbour on q once, ascending, per rank.  Each message ends with its control row.
-        ghost_rank = target_rank[remote]
-        by_ghost, first = _distinct_by_rank(ghost_rank, target[remote])
+        by_ghost, first = _distinct_by_rank(ghost_rank, remote_target)
         ranks = np.unique(ghost_rank)
-        recv_ids, recv_counts, messages = _messages(ranks, ghost_rank[by_ghost][first], target[remote][by_ghost][first])
+        recv_ids, recv_counts, messages = _messages(ranks, ghost_rank[by_ghost][first], remote_target[by_ghost][first])
         ghost_row = np.cumsum(first) - 1                             # each sorted entry's ghost
         ext_row[remote[by_ghost]] = n_local + ghost_row + messages[ghost_row]   # + the controls before
-        by_sent, first = _distinct_by_rank(ghost_rank, source[remote])
-        send_index, send_counts, _ = _messages(ranks, ghost_rank[by_sent][first], source[remote][by_sent][first])
+        by_sent, first = _distinct_by_rank(ghost_rank, remote_source)
+        send_index, send_counts, _ = _messages(ranks, ghost_rank[by_sent][first], remote_source[by_sent][first])
 
-        n_ext = n_local + len(recv_ids)
         return cls(rank=int(rank), agents=agents, ranks=ranks.astype(np.int64), send_index=send_index,
                    send_counts=send_counts, send_displs=np.cumsum(send_counts) - send_counts, recv_ids=recv_ids,
                    recv_counts=recv_counts, recv_displs=np.cumsum(recv_counts) - recv_counts,
                    control_rows=n_local + np.flatnonzero(recv_ids == CONTROL),
-                   nbr_ptr=graph.indptr.astype(np.int64),
-                   nbr_idx=ext_row.astype(np.int32 if n_ext <= np.iinfo(np.int32).max else np.int64),
+                   nbr_ptr=graph.indptr.astype(np.int64), nbr_idx=ext_row,
                    ext_ids=np.concatenate([agents, recv_ids]).astype(np.int64))
 
     @property
