@@ -9,7 +9,7 @@ rank by rank (graph.local_graph) is checked here, without any rank holding the r
 - it asks the ranks hosting its ghosts (neighbours on other ranks) which pieces those are
   in (two all-to-all messages);
 - rank 0 receives every rank's piece names and the pairs of pieces its cut edges join,
-  and joins them: the graph is connected when one piece is left.
+  and joins them (the same union-find): the graph is connected when one piece is left.
 
 Rank 0 receives as many numbers as there are pieces and distinct pairs of joined pieces:
 a few per neighbour rank when the placement keeps neighbours together (contiguous blocks of
@@ -21,8 +21,6 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 from numba import njit
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from .graph import LocalGraph
 
@@ -123,6 +121,6 @@ def is_connected(comm: MPI.Comm, graph: LocalGraph, owner: np.ndarray) -> bool:
         names = np.unique(np.concatenate([names for names, _ in gathered]))
         pairs = np.concatenate([pairs for _, pairs in gathered]).reshape(-1, 2)
         ends = np.searchsorted(names, pairs)
-        links = coo_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(len(names), len(names)))
-        connected = connected_components(links, directed=False, return_labels=False) <= 1
+        root = _pieces(len(names), ends[:, 0].astype(np.int64), ends[:, 1].astype(np.int64))
+        connected = bool((root == 0).all())     # one piece: every name's root is the first
     return bool(comm.bcast(connected, root=0))

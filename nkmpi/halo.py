@@ -19,10 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
-
-from .graph import LocalGraph
+from .graph import LocalGraph, concat_ranges
 
 #: The index that marks a message's control row in `send_index` and `recv_ids`.
 CONTROL = -1
@@ -136,13 +133,25 @@ def _messages(ranks: np.ndarray, item_rank: np.ndarray, items: np.ndarray) -> tu
 
 def rank_eccentricity(neighbour_ranks: list[np.ndarray], rank: int) -> int:
     """Hops a value from `rank` needs to reach every other rank when each rank tells only its
-    neighbour ranks (neighbour_ranks[r] : HaloPlan.ranks of rank r).  The largest over the
-    ranks is the rank graph's diameter.  One breadth-first search from `rank`: O(ranks +
-    links) time and memory, where all pairs at once would take O(ranks^2) on every rank
-    (2 GiB each at 16,384 ranks)."""
+    neighbour ranks (neighbour_ranks[r] : HaloPlan.ranks of rank r; the rank graph is
+    connected).  The largest over the ranks is the rank graph's diameter.  One breadth-first
+    search from `rank`, level by level: O(ranks + links) time and memory, where all pairs at
+    once would take O(ranks^2) on every rank (2 GiB each at 16,384 ranks)."""
     size = len(neighbour_ranks)
     if size == 1:
         return 0
-    rows = np.repeat(np.arange(size), [len(n) for n in neighbour_ranks])
-    adjacency = csr_matrix((np.ones(len(rows)), (rows, np.concatenate(neighbour_ranks))), shape=(size, size))
-    return int(shortest_path(adjacency, unweighted=True, directed=False, indices=rank).max())
+    lengths = [len(n) for n in neighbour_ranks]
+    ends_a = np.repeat(np.arange(size), lengths)
+    ends_b = np.concatenate(neighbour_ranks).astype(np.int64)
+    ends_a, ends_b = np.concatenate([ends_a, ends_b]), np.concatenate([ends_b, ends_a])    # both ways
+    order = np.argsort(ends_a, kind="stable")
+    ptr, links = np.searchsorted(ends_a[order], np.arange(size + 1)), ends_b[order]
+    depth = np.full(size, -1, dtype=np.int64)
+    depth[rank], frontier, hops = 0, np.array([rank]), 0
+    while True:
+        reached = np.unique(links[concat_ranges(ptr[frontier], ptr[frontier + 1])])
+        frontier = reached[depth[reached] < 0]
+        if not len(frontier):
+            return hops
+        hops += 1
+        depth[frontier] = hops
