@@ -328,8 +328,9 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
 
     faults : a faults.FaultModel (NO_FAULTS, the default, draws nothing); any other
     needs the global ids of the block's agents (`agent_ids`) and of each row of `ext`
-    (`ext_ids`): its draws are keyed on them and on `update`, the update's number.  Only neighbours whose link is up count in Omega, and an agent that
-    sits out keeps its centers.
+    (`ext_ids`): its draws are keyed on them and on `update`, the update's number.
+    Only neighbours whose link is up count in Omega, and an agent that sits out keeps
+    its centers.
 
     moved : (L, K) a LocalPass's `moved` (one made with moves_given), to which each
     center's move is added, measured as its `move_terms` say; by default nothing.

@@ -525,10 +525,6 @@ class LocalPass:
         self.rows_skipped, self.rows_screened, self.rows_exact = (int(c) for c in self.counters.sum(axis=0))
         return sums, counts, int(changed.sum())
 
-    def forget(self) -> None:
-        """Drop the bounds and kept sums: the next run assesses every row (a cold pass)."""
-        self.ready[:] = False
-
     def sse(self, centers: np.ndarray, labels: np.ndarray, out: np.ndarray) -> np.ndarray:
         """(L,) each agent's sum of its rows' weights times squared distances to their labels'
         centers, in the reference kernel's precision and order."""
