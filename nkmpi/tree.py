@@ -142,7 +142,6 @@ def local_spanning_tree(comm: MPI.Comm, plan: HaloPlan, root: int = ROOT) -> Loc
     """graph.spanning_tree(whole graph, root) cut to this rank's agents, found from the
     block's rows and halo (`plan`) alone; collective over `comm`."""
     n_local, agents = plan.n_local, plan.agents
-    ext_ids = np.concatenate([agents, plan.recv_ids])
     ext_rank = _ext_ranks(plan)
     # The block agents each ghost neighbours (the graph is symmetric): a local agent's are its own row.
     halo = np.flatnonzero(plan.nbr_idx >= n_local)
@@ -173,7 +172,7 @@ def local_spanning_tree(comm: MPI.Comm, plan: HaloPlan, root: int = ROOT) -> Loc
             if new_size == 0:
                 break
             rows = best_row[new]
-            parent[new], parent_rank[new] = ext_ids[rows], ext_rank[rows]
+            parent[new], parent_rank[new] = plan.ext_ids[rows], ext_rank[rows]
             level += 1
             depth[new] = level
             place[frontier] = np.inf
