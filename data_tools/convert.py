@@ -224,7 +224,7 @@ def main(argv=None):
     parser.add_argument("--agents", type=int, default=8, help="M (default 8)")
     parser.add_argument("--partition", default="iid", help=f"{', '.join(PARTITIONS)} (default iid)")
     parser.add_argument("--standardize", action="store_true", help="zero mean, unit variance per feature")
-    parser.add_argument("--graph", default=None, metavar="SPEC", help="store this graph in graph/edges")
+    parser.add_argument("--graph", default=None, metavar="SPEC", help="store this graph in the file (CSR)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=("float64", "float32"), default=None,
                         help="default: the source's float type, else float64")

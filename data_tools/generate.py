@@ -179,7 +179,7 @@ def main(argv=None):
                         help="longest / shortest axis of each blob, randomly rotated (default 1: round)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--graph", default=None, metavar="SPEC",
-                        help="store this graph in graph/edges: " + ", ".join(TOPOLOGIES))
+                        help="store this graph in the file (CSR): " + ", ".join(TOPOLOGIES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk (default: 16 MB of points)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

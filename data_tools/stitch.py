@@ -24,8 +24,8 @@ import h5py
 import numpy as np
 
 from nkmpi.errors import InputError, Parser
-from nkmpi.formats.dataset import (AGENT_OFFSETS, EDGES, FORMAT, LABELS, POINTS, VERSION, WEIGHTS,
-                                   open_dataset)
+from nkmpi.formats.dataset import (AGENT_OFFSETS, FORMAT, LABELS, POINTS, VERSION, WEIGHTS, open_dataset,
+                                   write_graph)
 from nkmpi.formats.hdf5 import atomic_file, write_header
 from nkmpi.graph import TOPOLOGIES, build_network, edge_file
 
@@ -172,7 +172,7 @@ def stitch(texts, out, graph=None, seed=0):
                          np.nan if name == WEIGHTS else None)
             f[AGENT_OFFSETS] = offsets
             if edges is not None:
-                f[EDGES] = edges
+                write_graph(f, out, len(sites), edges)
         open_dataset(temporary)
     return offsets
 
@@ -184,7 +184,7 @@ def main(argv=None):
     parser.add_argument("sites", nargs="*", metavar="SITE", help="FILE.h5 or FILE.h5:/dataset, one per agent")
     parser.add_argument("--out", required=True, help="dataset v1 file to write")
     parser.add_argument("--graph", default=None, metavar="SPEC",
-                        help="store this graph in graph/edges: " + ", ".join(TOPOLOGIES))
+                        help="store this graph in the file (graph/indptr, graph/indices): " + ", ".join(TOPOLOGIES))
     parser.add_argument("--seed", type=int, default=0, help="seed of a random graph")
     parser.add_argument("--quiet", action="store_true", help="print nothing when done")
     args = parser.parse_args(argv)

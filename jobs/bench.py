@@ -418,7 +418,7 @@ def whole_run(rows, sizes, folder):
     args = ["--graph", dataset.graph, *RECOMMENDED]
     info, points = read_all(path)
     options = parsed_options(path, dataset.k, args).resolve(info.n_points, info.n_agents)
-    network = network_of(options.graph, info.n_agents, options.seed, info.edges)
+    network = network_of(options.graph, info.n_agents, options.seed, info.graph)
     centers = initial_centers(agent_rows(points, info.offsets), network, options)     # the run's own seeding
     warm_up_passes(points, info.offsets, centers)
     run = Trajectory(points, info.offsets, centers, network, options)

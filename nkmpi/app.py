@@ -25,7 +25,8 @@ from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
 from .formats.dataset import DatasetInfo, check_rows, check_weights, open_dataset, read_all, read_rows, read_weights
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
-from .graph import BlockOwners, block_placement, edge_file, graph_text, local_graph, network_of, not_connected
+from .graph import (BlockOwners, block_placement, edge_file, graph_text, local_graph, network_of, not_connected,
+                    reads_stored_rows)
 from .init import check_enough_distinct, distinct_rows, weighed_rows
 from .memory import peak_resident_bytes, release_freed_memory, resident_bytes
 from .monitor import LOOP_PHASES
@@ -233,7 +234,7 @@ UNRECORDED_DATA_ATTRS = {"weighted": False}
 
 def data_attrs(options: Options, info: DatasetInfo, n_ranks: int) -> dict:
     """The run's parameters as stored in its result and checkpoints (known before it runs)."""
-    attrs = options.as_attrs(graph_text(options.graph, info.edges))
+    attrs = options.as_attrs(graph_text(options.graph, info.graph))
     if info.path is not None:
         attrs["data"] = os.path.abspath(info.path)
     attrs.update(n_ranks=n_ranks, n_agents=info.n_agents, n_points=info.n_points, n_features=info.n_features,
@@ -277,15 +278,19 @@ def run_graph(comm, options, info, shard):
     """This rank's rows of the run's graph (graph.LocalGraph), checked connected, and what
     builds the whole graph, for the one step that may need it: checking a checkpoint whose
     graph fingerprint is the whole graph's digest of earlier nkmpi versions."""
-    from .connectivity import is_connected
+    from .connectivity import is_connected, one_sided_entry
 
     def whole_network():
-        return agree(comm, network_of, options.graph, info.n_agents, options.seed, info.edges)
+        return agree(comm, network_of, options.graph, info.n_agents, options.seed, info.graph)
 
     graph, connected = agree(comm, local_graph, options.graph, info.n_agents, shard.agents, options.seed,
-                             info.edges)
+                             info.graph)
+    if reads_stored_rows(options.graph, info.graph):
+        entry = one_sided_entry(comm, graph, shard.owner)
+        if entry is not None:
+            raise InputError(info.graph.one_sided(*entry), collective=True)
     if not connected and not is_connected(comm, graph, shard.owner):
-        raise InputError(not_connected(f"graph {graph_text(options.graph, info.edges)!r}", info.n_agents),
+        raise InputError(not_connected(f"graph {graph_text(options.graph, info.graph)!r}", info.n_agents),
                          collective=True)
     return graph, whole_network
 
@@ -482,7 +487,7 @@ def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     if weights is not None and weights.sum() == 0:
         raise InputError("every row has weight 0: nothing to cluster")
     check_enough_distinct([distinct_rows(weighed_rows(points, weights), options.n_clusters)], options.n_clusters)
-    network = network_of(options.graph, info.n_agents, options.seed, info.edges)
+    network = network_of(options.graph, info.n_agents, options.seed, info.graph)
     attrs = data_attrs(options, info, 1)
     check_output(out, run_id, attrs)
     attrs.update(checkpoint_format.combine_fingerprints(

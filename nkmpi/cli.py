@@ -152,9 +152,10 @@ def command_info(args):
           f"{int((per_agent == 0).sum())} without points")
     print(f"labels    {'yes' if info.has_labels else 'no'}")
     print(f"weights   {'yes' if info.has_weights else 'no (every row weighs 1)'}")
-    print(f"graph     in file: {'%d edges' % len(info.edges) if info.edges is not None else 'no'}")
-    spec = default_spec(args.graph, info.edges)
-    stats = graph_stats(build_network(spec, info.n_agents, args.seed, info.edges, require_connected=False))
+    stored = info.graph
+    print(f"graph     in file: {'no' if stored is None else '%d edges, %s' % (stored.n_edges, 'an edge list' if stored.edges is not None else 'CSR')}")
+    spec = default_spec(args.graph, stored)
+    stats = graph_stats(build_network(spec, info.n_agents, args.seed, stored, require_connected=False))
     print(f"graph     {spec}: {stats['edges']} edges, degree {stats['degree_min']}..{stats['degree_max']}, "
           f"diameter {stats['diameter']}, lambda_2 {stats['lambda_2']:.6g}, "
           f"connected {'yes' if stats['connected'] else 'NO: nkmpi run refuses it'}")

@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 from numba import njit
 
-from .graph import LocalGraph
+from .graph import LocalGraph, first_one_sided_inside, first_unlisted
 
 
 @njit(cache=True, nogil=True)
@@ -124,3 +124,29 @@ def is_connected(comm: MPI.Comm, graph: LocalGraph, owner: np.ndarray) -> bool:
         root = _pieces(len(names), ends[:, 0].astype(np.int64), ends[:, 1].astype(np.int64))
         connected = bool((root == 0).all())     # one piece: every name's root is the first
     return bool(comm.bcast(connected, root=0))
+
+
+def one_sided_entry(comm: MPI.Comm, graph: LocalGraph, owner: np.ndarray) -> tuple[int, int] | None:
+    """An entry (u, v) such that u's row lists v but v's row does not list u (the lowest of
+    the ranks' first findings), or None when the rows the ranks hold are symmetric;
+    collective, the same answer on every rank.
+    Rows read from a file are checked so before the graph is used as undirected.  Each
+    rank checks its own entries between its agents, and sends each entry that leaves its
+    block, (v, u), to the rank of v, which looks for u in v's row (one all-to-all of the
+    cut entries)."""
+    size, agents = comm.Get_size(), graph.agents
+    found = [tuple(map(int, first_one_sided_inside(agents, graph.indptr, graph.indices)))]
+    _, out_source, out_target = _block_pieces(agents, graph.indptr, graph.indices)
+    by_owner = np.argsort(owner[out_target], kind="stable")
+    send = np.stack([out_target[by_owner], agents[out_source[by_owner]]], axis=1)   # (row v, neighbour u)
+    send_counts, send_displs = _counts_displs(2 * np.bincount(owner[out_target], minlength=size))
+    receive_counts = np.empty(size, dtype=np.int64)
+    comm.Alltoall(send_counts, receive_counts)
+    receive_counts, receive_displs = _counts_displs(receive_counts)
+    received = np.empty((receive_counts.sum() // 2, 2), dtype=np.int64)
+    comm.Alltoallv([send, send_counts, send_displs, MPI.INT64_T],
+                   [received, receive_counts, receive_displs, MPI.INT64_T])
+    q = first_unlisted(agents, graph.indptr, graph.indices, received[:, 1].copy(), received[:, 0].copy())
+    if q >= 0:
+        found.append((int(received[q, 1]), int(received[q, 0])))
+    return min(((u, v) for everyone in comm.allgather(found) for u, v in everyone if u >= 0), default=None)

@@ -5,9 +5,9 @@ forms: the whole `Network` (a sorted edge array and a CSR adjacency, O(M + E) me
 never a dense matrix) for the serial reference, `nkmpi info`, the data tools and the
 network seeding's spanning tree; and a `LocalGraph`, the rows of one rank's agents
 only, which is all a run's exchanges need.  `local_graph` builds the rows of ring,
-path, star, complete, torus and rgg without the rest of the graph; the other sources
-(er, ws, an edge file, the dataset's edges, a given graph) are built whole, checked,
-and cut to the rows.
+path, star, complete, torus, rgg and er without the rest of the graph, and reads a
+dataset's CSR graph for the rank's agents alone; the other sources (ws, an edge file, a
+dataset's edge list, a given graph) are built whole, checked, and cut to the rows.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .errors import InputError
 #: The graphs a spec builds or reads, as `--graph` takes them.
 TOPOLOGIES = ("ring", "path", "complete", "star", "torus[:rows=R]", "er:p=P",
               "rgg:radius=R", "ws:k=K,p=P", "file:EDGES.txt")
-#: Every graph spec of a run: a topology, or the dataset's own graph/edges.
+#: Every graph spec of a run: a topology, or the dataset's own graph.
 GRAPH_SPECS = TOPOLOGIES + ("dataset",)
 
 
@@ -130,6 +130,26 @@ class Network:
         starts, stops = self.indptr[agents], self.indptr[agents + 1]
         indptr = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
         return LocalGraph(self.n_agents, agents, indptr, self.indices[concat_ranges(starts, stops)])
+
+
+@njit(cache=True, nogil=True)
+def malformed_row(agents, indptr, indices, n_agents):
+    """The first of the CSR rows of `agents` that is not a row of a simple graph over
+    0..n_agents-1, and why: (row, 1) when it names an agent outside, (row, 2) when it is not
+    strictly ascending, (row, 3) when it names its own agent; (-1, 0) when all are rows.
+    In place: no array of the entries' number."""
+    for i in range(len(agents)):
+        previous = -1
+        for e in range(indptr[i], indptr[i + 1]):
+            v = indices[e]
+            if v < 0 or v >= n_agents:
+                return i, 1
+            if v <= previous:
+                return i, 2
+            if v == agents[i]:
+                return i, 3
+            previous = v
+    return -1, 0
 
 
 @dataclass(frozen=True)
@@ -403,8 +423,58 @@ def _rgg_local_rows(n_agents, agents, radius, seed):
     return _rgg_rows(positions, cell_start, level, agents, radius)
 
 
+#: Agents a side of the tiles an er graph is drawn by (`_er_tile_edges`).
+ER_TILE = 16384
+
+
+def _er_tile_edges(n_agents, p, seed, first, second):
+    """The edges (a, b), a < b, of er:p between tile `first` and tile `second` >= first (the
+    agents t * ER_TILE .. (t + 1) * ER_TILE - 1 of tile t): each pair is an edge with
+    probability p, independently, drawn from a generator of the tile pair's own, keyed
+    by (seed, first, second).  The gaps between successes over the tiles' pairs, row by
+    row, are geometric: the work is the edges', not the pairs'."""
+    rows = min(ER_TILE, n_agents - first * ER_TILE)
+    cols = min(ER_TILE, n_agents - second * ER_TILE)
+    size = rows * cols
+    if p == 0 or size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    rng = np.random.default_rng([seed, 29, first, second])
+    expected = p * size
+    batch = int(expected + 6 * np.sqrt(expected) + 16)
+    places, last = [], -1
+    while last < size:
+        gaps = np.minimum(rng.geometric(p, batch), size + 1)    # (numpy caps a gap at 2**63 - 1)
+        steps = last + np.cumsum(gaps)
+        places.append(steps)
+        last = int(steps[-1])
+    places = np.concatenate(places)
+    places = places[places < size]
+    a, b = first * ER_TILE + places // cols, second * ER_TILE + places % cols
+    keep = a < b                                # a tile with itself: each pair once
+    return np.stack([a[keep], b[keep]], axis=1)
+
+
+def _er_local_rows(n_agents, agents, p, seed):
+    """(indptr, indices) of `agents` (ascending) in er:p over `n_agents`: only the tile pairs
+    that hold one of them are drawn, O(their edges + tiles) for a rank, the same edges
+    whichever rank draws them."""
+    n_tiles = -(-n_agents // ER_TILE)
+    own_tiles = np.unique(agents // ER_TILE)
+    pairs = {(min(t, u), max(t, u)) for t in own_tiles.tolist() for u in range(n_tiles)}
+    edges = np.concatenate([_er_tile_edges(n_agents, p, seed, t, u) for t, u in sorted(pairs)]
+                           or [np.zeros((0, 2), dtype=np.int64)])
+    entries = np.concatenate([edges, edges[:, ::-1]])           # both directions: (row, neighbour)
+    where = np.searchsorted(agents, entries[:, 0])
+    mine = where < len(agents)
+    mine[mine] = agents[where[mine]] == entries[mine, 0]
+    entries, where = entries[mine], where[mine]
+    order = np.lexsort((entries[:, 1], where))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(where, minlength=len(agents)))]).astype(np.int64)
+    return indptr, np.ascontiguousarray(entries[order, 1])
+
+
 #: The specs whose rows `local_graph` builds without the rest of the graph.
-LOCAL_SPECS = ("ring", "path", "star", "complete", "torus", "rgg")
+LOCAL_SPECS = ("ring", "path", "star", "complete", "torus", "rgg", "er")
 #: Of those, the ones connected by construction (rgg is checked).
 CONNECTED_SPECS = ("ring", "path", "star", "complete", "torus")
 
@@ -416,23 +486,75 @@ def _spec_rows(spec, n_agents, agents, seed):
         raise InputError(f"graph spec {spec!r}: {name} takes no parameters")
     if name == "rgg":
         return _rgg_local_rows(n_agents, agents, _rgg_radius(spec, arg), seed)
+    if name == "er":
+        return _er_local_rows(n_agents, agents, _er_probability(spec, arg), seed)
     params = _parse_params(spec, arg, {"rows": int}) if name == "torus" else {}
     return _analytic_rows(name, n_agents, agents, **params)
 
 
-def local_graph(graph, n_agents: int, agents, seed: int = 0, dataset_edges: np.ndarray | None = None
-                ) -> tuple[LocalGraph, bool]:
+def local_graph(graph, n_agents: int, agents, seed: int = 0, dataset_graph=None) -> tuple[LocalGraph, bool]:
     """The rows of `agents` (ascending global ids) of a run's graph option, and whether the
     whole graph is known to be connected (False: the caller checks, as
     nkmpi.connectivity does across the ranks).  A spec in LOCAL_SPECS is built for these
-    agents alone; any other graph whole (network_of, which checks it), then cut."""
+    agents alone, a dataset's CSR graph read for them alone (`reads_stored_rows`: the
+    caller checks it symmetric); any other graph whole (network_of, which checks it), then
+    cut.  dataset_graph : the dataset's formats.dataset.StoredGraph, or None."""
     agents = np.asarray(agents, dtype=np.int64)
-    spec = default_spec(graph, dataset_edges) if graph is None or isinstance(graph, str) else ""
+    if reads_stored_rows(graph, dataset_graph):
+        return LocalGraph(n_agents, agents, *dataset_graph.rows(agents)), False
+    spec = default_spec(graph, dataset_graph) if graph is None or isinstance(graph, str) else ""
     name = spec.partition(":")[0]
     if name not in LOCAL_SPECS:
-        return network_of(graph, n_agents, seed, dataset_edges).rows(agents), True
+        return network_of(graph, n_agents, seed, dataset_graph).rows(agents), True
     indptr, indices = _spec_rows(spec, n_agents, agents, seed)
     return LocalGraph(n_agents, agents, indptr, indices), name in CONNECTED_SPECS
+
+
+def reads_stored_rows(graph, dataset_graph) -> bool:
+    """Whether a run's rows come from the dataset's CSR graph, each rank's read for its
+    agents alone: then no rank sees both rows of a cut edge, and the ranks check together
+    that the rows are symmetric (nkmpi.connectivity.one_sided_entry)."""
+    return (graph is None or graph == "dataset") and dataset_graph is not None and dataset_graph.edges is None
+
+
+@njit(cache=True, nogil=True)
+def first_unlisted(agents, indptr, indices, listed, rows):
+    """The first q for which the row of agent rows[q] (one of `agents`, ascending) does not
+    list agent listed[q]; -1 when every one does.  Binary searches, in place."""
+    n = len(agents)
+    for q in range(len(rows)):
+        i = np.searchsorted(agents, rows[q])
+        if i == n or agents[i] != rows[q]:
+            return q
+        row = indices[indptr[i]:indptr[i + 1]]
+        j = np.searchsorted(row, listed[q])
+        if j == len(row) or row[j] != listed[q]:
+            return q
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def first_one_sided_inside(agents, indptr, indices):
+    """(u, v): the first entry, in row order, of the rows of `agents` (ascending) that
+    lists v in u's row where v is one of `agents` but u is not in v's row; (-1, -1) when
+    there is none.  Binary searches, in place: no array of the entries' number."""
+    n = len(agents)
+    for i in range(n):
+        for e in range(indptr[i], indptr[i + 1]):
+            v = indices[e]
+            j = np.searchsorted(agents, v)
+            if j < n and agents[j] == v:
+                row = indices[indptr[j]:indptr[j + 1]]
+                k = np.searchsorted(row, agents[i])
+                if k == len(row) or row[k] != agents[i]:
+                    return agents[i], v
+    return -1, -1
+
+
+def _er_probability(spec, arg):
+    p = _parse_params(spec, arg, {"p": float}).get("p", 0.2)
+    _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
+    return p
 
 
 def _rgg_radius(spec, arg):
@@ -447,26 +569,27 @@ def edge_file(spec: str | None) -> str | None:
     return path if name == "file" and path else None
 
 
-def default_spec(spec: str | None, dataset_edges: np.ndarray | None) -> str:
-    """The graph a run uses: the spec given, else the dataset's own graph, else a ring."""
+def default_spec(spec: str | None, dataset_graph) -> str:
+    """The graph a run uses: the spec given, else the dataset's own graph (`dataset_graph`,
+    a formats.dataset.StoredGraph, or None), else a ring."""
     if spec is not None:
         return spec
-    return "dataset" if dataset_edges is not None else "ring"
+    return "dataset" if dataset_graph is not None else "ring"
 
 
-def graph_text(graph, dataset_edges: np.ndarray | None = None) -> str:
+def graph_text(graph, dataset_graph=None) -> str:
     """How a run's graph option is named in its result: the spec in use, or 'given edges'
     for a networkx graph or an edge array (whose fingerprint tells them apart)."""
     if graph is None or isinstance(graph, str):
-        return default_spec(graph, dataset_edges)
+        return default_spec(graph, dataset_graph)
     return "given edges"
 
 
-def network_of(graph, n_agents: int, seed: int = 0, dataset_edges: np.ndarray | None = None) -> Network:
+def network_of(graph, n_agents: int, seed: int = 0, dataset_graph=None) -> Network:
     """The connected Network of a run's graph option: a spec (None: the dataset's graph,
     else a ring), a networkx graph or an (E, 2) array of agent ids."""
     if graph is None or isinstance(graph, str):
-        return build_network(graph, n_agents, seed, dataset_edges)
+        return build_network(graph, n_agents, seed, dataset_graph)
     if hasattr(graph, "edges") and callable(graph.edges):
         graph = list(graph.edges())
     try:
@@ -478,21 +601,28 @@ def network_of(graph, n_agents: int, seed: int = 0, dataset_edges: np.ndarray | 
     return network
 
 
-def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_edges: np.ndarray | None = None,
+def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_graph=None,
                   require_connected: bool = True) -> Network:
     """The Network named by `spec` over `n_agents` agents; random graphs seeded by `seed`.
 
-    spec None means the dataset's graph when it has one, else a ring.
+    spec None means the dataset's graph (`dataset_graph`, a formats.dataset.StoredGraph)
+    when it has one, else a ring.
     A disconnected graph is an InputError (NK-means cannot reach agreement on
     it) unless require_connected is False.
     """
-    spec = default_spec(spec, dataset_edges)
+    spec = default_spec(spec, dataset_graph)
     name, _, arg = spec.partition(":")
     m = n_agents
+    csr = name in LOCAL_SPECS
     if name == "dataset":
-        if dataset_edges is None:
-            raise InputError("graph 'dataset' requested, but the dataset has no graph/edges")
-        edges = dataset_edges
+        if dataset_graph is None:
+            raise InputError("graph 'dataset' requested, but the dataset has no graph")
+        edges, csr = dataset_graph.edges, dataset_graph.edges is None
+        if csr:
+            indptr, indices = dataset_graph.rows(np.arange(m))
+            u, v = first_one_sided_inside(np.arange(m), indptr, indices)
+            if u >= 0:
+                raise InputError(dataset_graph.one_sided(u, v))
     elif name == "file":
         if not arg:
             raise InputError("graph spec file: needs a path, as in file:EDGES.txt")
@@ -500,12 +630,8 @@ def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_edges:
     elif name in LOCAL_SPECS:
         indptr, indices = _spec_rows(spec, m, np.arange(m), seed)
     else:
-        import networkx as nx               # er and ws only: a rank that builds its rows never loads it
-        if name == "er":
-            p = _parse_params(spec, arg, {"p": float}).get("p", 0.2)
-            _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
-            graph = nx.gnp_random_graph(m, p, seed=seed)
-        elif name == "ws":
+        import networkx as nx               # ws only: a rank that builds its rows never loads it
+        if name == "ws":
             params = _parse_params(spec, arg, {"k": int, "p": float})
             k = params.get("k", 4)
             p = params.get("p", 0.1)
@@ -515,7 +641,7 @@ def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_edges:
         else:
             raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
         edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
-    network = Network.from_csr(m, indptr, indices) if name in LOCAL_SPECS else Network.from_edges(m, edges)
+    network = Network.from_csr(m, indptr, indices) if csr else Network.from_edges(m, edges)
     if require_connected:
         require_connected_graph(network, f"graph {spec!r}")
     return network

@@ -183,7 +183,7 @@ class Options:
     graph: object = option(
         None, "communication graph: " + ", ".join(GRAPH_SPECS) + " (the estimator also takes a "
         "networkx graph or an (E, 2) edge array)", metavar="SPEC",
-        default_text="the dataset's graph/edges if present, else ring")
+        default_text="the dataset's graph if it has one, else ring")
     threads: int = option(
         1, "compute threads per rank, each taking whole agents", role="run", estimator="n_threads",
         commands=("run",), type=int)

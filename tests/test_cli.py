@@ -59,7 +59,7 @@ def garbled_init(folder):
                                                                       "connected"),
     (lambda d, t: ["run", d, "-k", 3, "--graph", "rgg:radius=0.01", "--init", "flood"],     # decided by the ranks
      "graph 'rgg:radius=0.01' over 12 agents is not connected"),
-    (lambda d, t: ["run", d, "-k", 3, "--graph", "dataset"], "no graph/edges"),
+    (lambda d, t: ["run", d, "-k", 3, "--graph", "dataset"], "the dataset has no graph"),
     (lambda d, t: ["run", d, "-k", 3, "--bogus"], "unrecognized arguments"),
     (lambda d, t: ["run", d, "-k", 3, "--init", "file:" + str(t / "none.npy")], "no such file"),
     (lambda d, t: ["run", d, "-k", 3, "--init", garbled_init(t)], "cannot read: TokenError"),

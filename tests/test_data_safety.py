@@ -19,7 +19,7 @@ from nkmpi.cli import main
 from nkmpi.formats.checkpoint import earlier_graph_fingerprint
 from nkmpi.formats.dataset import open_dataset, read_all, write_dataset
 from nkmpi.formats.result import read_result
-from nkmpi.graph import build_network
+from nkmpi.graph import Network, build_network
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -180,9 +180,10 @@ def _move_a_row(f):
 
 
 def _rewire(f):
-    edges = f["graph/edges"][()]
+    edges = Network.from_csr(12, f["graph/indptr"][()], f["graph/indices"][()]).edges
     edges[0] = (0, 6)                    # 0-1 becomes 0-6: still 12 edges, still connected
-    f["graph/edges"][...] = edges
+    rewired = Network.from_edges(12, edges)
+    f["graph/indptr"][...], f["graph/indices"][...] = rewired.indptr, rewired.indices
 
 
 @pytest.mark.parametrize("edit,what", [(_nudge_point, "the points"), (_move_a_row, "offsets"),
@@ -212,7 +213,7 @@ def test_checkpoint_with_the_earlier_graph_fingerprint_resumes(dataset, tmp_path
     proc = run_mpi(2, ["run", dataset, *args, "--out", tmp_path / "a.h5", "--checkpoint", checkpoint,
                        "--checkpoint-every", 10])
     assert proc.returncode == 0, proc.stderr
-    network = build_network("dataset", 12, dataset_edges=open_dataset(dataset).edges)
+    network = build_network("dataset", 12, dataset_graph=open_dataset(dataset).graph)
     with h5py.File(checkpoint, "r+") as f:
         assert f.attrs["fingerprint_graph"] != earlier_graph_fingerprint(network.indptr, network.indices)
         f.attrs["fingerprint_graph"] = earlier_graph_fingerprint(network.indptr, network.indices)

@@ -9,7 +9,7 @@ import pytest
 
 from nkmpi.errors import InputError
 from nkmpi.formats import checkpoint, dataset, hdf5, result
-from nkmpi.graph import build_network
+from nkmpi.graph import Network, build_network
 from nkmpi.monitor import METRICS
 
 OFFSETS = np.array([0, 3, 3, 7, 10])
@@ -41,7 +41,8 @@ def test_dataset_round_trip(tmp_path, dtype):
     assert (info.n_points, info.n_features, info.n_agents, info.dtype) == (10, 2, 4, dtype)
     np.testing.assert_array_equal(rows, points(dtype))
     np.testing.assert_array_equal(info.offsets, OFFSETS)
-    np.testing.assert_array_equal(info.edges, EDGES)
+    assert info.graph.edges is None and info.graph.n_edges == len(EDGES)       # stored as CSR
+    np.testing.assert_array_equal(build_network("dataset", 4, dataset_graph=info.graph).edges, EDGES)
     np.testing.assert_array_equal(dataset.read_rows(info, 2, 4), points(dtype)[3:])
     np.testing.assert_array_equal(dataset.read_rows(info, 0, 4, step=3), points(dtype)[::3])
     np.testing.assert_array_equal(dataset.read_labels(info, 2, 3), np.arange(3, 7) % 3)
@@ -67,7 +68,7 @@ def test_dataset_written_in_pieces_equals_the_whole(tmp_path):
     ((np.ones((10, 2), dtype=int), OFFSETS), ["float32 or float64"]),
     ((points()[:, 0], OFFSETS), ["2-D"]),
     ((points(), OFFSETS, np.arange(9)), ["labels", "one label per point"]),
-    ((points(), OFFSETS, None, [[0, 4]]), ["agent ids must be 0..3"]),
+    ((points(), OFFSETS, None, [[0, 4]]), ["the graph: edge (0, 4) names an agent outside 0..3"]),
 ])
 def test_write_dataset_refuses_a_file_nkmpi_would_refuse(tmp_path, arguments, words):
     with pytest.raises(InputError) as caught:
@@ -240,3 +241,74 @@ def test_plain_attributes():
     assert hdf5.plain(b"nkmpi-result") == "nkmpi-result"
     assert hdf5.plain(np.array([1, 2])) == [1, 2]
     assert hdf5.plain(np.int64(1)) == 1 and type(hdf5.plain(np.int64(1))) is int
+
+
+def graph_file(path, indptr, indices, n_agents=4):
+    """A dataset of OFFSETS's 4 agents whose graph is the CSR given, as stored."""
+    offsets = OFFSETS if n_agents == 4 else np.arange(n_agents + 1)
+    dataset.write_dataset(path, points()[:offsets[-1]], offsets)
+    with h5py.File(path, "a") as f:
+        f["graph/indptr"], f["graph/indices"] = indptr, indices
+    return dataset.open_dataset(path)
+
+
+@pytest.mark.parametrize("agents", [[0, 1, 2, 3], [1, 2], [0, 2, 3], [3], []])
+def test_the_stored_graph_is_read_row_by_row(tmp_path, agents):
+    """The rows of any agents, read from the file's CSR, are those rows of the graph written
+    (the rest of the file is not read: runs of consecutive agents, one slice each)."""
+    network = build_network("er:p=0.6", 9, seed=2)
+    path = tmp_path / "d.h5"
+    dataset.write_dataset(path, np.zeros((9, 1)), np.arange(10), edges=network.edges)
+    with h5py.File(path) as f:
+        assert "graph/edges" not in f and np.array_equal(f["graph/indptr"][()], network.indptr)
+    indptr, indices = dataset.open_dataset(path).graph.rows(agents)
+    expected = network.rows(agents)
+    np.testing.assert_array_equal(indptr, expected.indptr)
+    np.testing.assert_array_equal(indices, expected.indices)
+
+
+def test_an_edge_list_of_earlier_files_is_still_read(tmp_path):
+    path = tmp_path / "d.h5"
+    dataset.write_dataset(path, points(), OFFSETS)
+    with h5py.File(path, "a") as f:
+        f["graph/edges"] = [[2, 1], [0, 1], [2, 3], [1, 2]]         # any order, a repeat
+    info = dataset.open_dataset(path)
+    assert info.graph.edges is not None
+    np.testing.assert_array_equal(build_network(None, 4, dataset_graph=info.graph).edges, EDGES)
+
+
+RING = (np.array([0, 2, 4, 6, 8]), np.array([1, 3, 0, 2, 1, 3, 0, 2]))
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda f: f.create_dataset("graph/edges", data=EDGES), "holds both 'graph/edges' and 'graph/indptr'"),
+    (lambda f: f.__delitem__("graph/indices"), "must hold both 'graph/indptr' and 'graph/indices', has only"),
+    (lambda f: (f.__delitem__("graph/indptr"), f.create_dataset("graph/indptr", data=RING[0][:4])),
+     "must hold M+1 = 5 offsets"),
+    (lambda f: (f.__delitem__("graph/indptr"), f.create_dataset("graph/indptr", data=RING[0] * 1.0)),
+     "must be an integer array"),
+    (lambda f: (f.__delitem__("graph/indptr"), f.create_dataset("graph/indptr", data=RING[0] + 1)),
+     "must run from 0 to the length of 'graph/indices', 8; runs from 1 to 9"),
+])
+def test_a_malformed_stored_graph_is_refused_on_opening(tmp_path, edit, words):
+    graph_file(tmp_path / "d.h5", *RING)
+    with h5py.File(tmp_path / "d.h5", "a") as f:
+        edit(f)
+    with pytest.raises(InputError, match=words.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        dataset.open_dataset(tmp_path / "d.h5")
+
+
+@pytest.mark.parametrize("indptr, indices, words", [
+    ([0, 2, 1, 6, 8], RING[1], r"decreases at agent 1 \(2 -> 1\)"),
+    (RING[0], [1, 3, 0, 2, 1, 4, 0, 2], r"row of agent 2 \(1, 4\) names an agent outside 0..3"),
+    (RING[0], [1, 3, 2, 0, 1, 3, 0, 2], r"row of agent 1 \(2, 0\) is not strictly ascending"),
+    (RING[0], [1, 3, 0, 0, 1, 3, 0, 2], r"row of agent 1 \(0, 0\) is not strictly ascending"),
+    (RING[0], [1, 3, 0, 2, 2, 3, 0, 2], r"row of agent 2 \(2, 3\) names the agent itself"),
+    (RING[0], [1, 3, 0, 2, 1, 3, 0, 1], "lists agent 3 among agent 2's neighbours but not 2 among 3's"),
+])
+def test_a_malformed_row_is_refused_when_read(tmp_path, indptr, indices, words):
+    """Rows are checked as a rank reads them; symmetry when the whole graph is built (a
+    run's ranks check it together: tests/test_mpi_run.py)."""
+    info = graph_file(tmp_path / "d.h5", indptr, indices)
+    with pytest.raises(InputError, match=words):
+        build_network("dataset", 4, dataset_graph=info.graph)

@@ -9,8 +9,8 @@ from scipy.spatial import cKDTree
 
 from conftest import run_script
 from nkmpi.errors import InputError
-from nkmpi.graph import (RGG_MAX_LEVEL, BlockOwners, Network, block_placement, build_network, concat_ranges,
-                         graph_stats, local_graph, rgg_level, rgg_positions)
+from nkmpi.graph import (ER_TILE, RGG_MAX_LEVEL, BlockOwners, Network, _er_tile_edges, block_placement,
+                         build_network, concat_ranges, graph_stats, local_graph, rgg_level, rgg_positions)
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -19,7 +19,6 @@ SCRIPTS = Path(__file__).parent / "mpi_scripts"
     ("ring", nx.cycle_graph(12)), ("path", nx.path_graph(12)), ("complete", nx.complete_graph(12)),
     ("star", nx.star_graph(11)),
     ("torus", nx.convert_node_labels_to_integers(nx.grid_2d_graph(3, 4, periodic=True), ordering="sorted")),
-    ("er:p=0.5", nx.gnp_random_graph(12, 0.5, seed=3)),
     ("ws:k=4,p=0.1", nx.watts_strogatz_graph(12, 4, 0.1, seed=3)),
 ])
 def test_specs_build_the_networkx_graphs(spec, expected):
@@ -51,7 +50,7 @@ def test_self_loops_and_duplicates_dropped(tmp_path):
 
 @pytest.mark.parametrize("spec,message", [
     ("er:p=0.01", "not connected"), ("bogus", "unknown graph spec"), ("er:q=1", "expected p=..."),
-    ("torus:rows=5", "does not divide"), ("dataset", "no graph/edges"), ("file:/nonexistent", "cannot read"),
+    ("torus:rows=5", "does not divide"), ("dataset", "the dataset has no graph"), ("file:/nonexistent", "cannot read"),
     ("ring:x=1", "takes no parameters"), ("er:p=2", r"p must be a probability"),
     ("er:p=nan", "p must be a probability"), ("rgg:radius=-1", "radius must be a positive"),
     ("ws:k=2,p=5", "p must be a probability"), ("ws:k=12", r"k must be in 0\.\.11"),
@@ -130,8 +129,9 @@ def test_concat_ranges():
 
 
 def independent_network(spec, n_agents, seed):
-    """The whole graph of `spec` built another way: by networkx, or for rgg by scipy's k-d
-    tree over the agents' positions; None when torus rows do not divide the agents."""
+    """The whole graph of `spec` built another way: by networkx, for rgg by scipy's k-d
+    tree over the agents' positions, for er from every pair of tiles; None when torus rows
+    do not divide the agents."""
     name, _, arg = spec.partition(":")
     value = float(arg.partition("=")[2]) if arg else None
     if name == "rgg":
@@ -143,10 +143,13 @@ def independent_network(spec, n_agents, seed):
         cols = n_agents // rows
         edges = [(a * cols + b, c * cols + d) for (a, b), (c, d) in
                  nx.grid_2d_graph(rows, cols, periodic=True).edges()]
+    elif name == "er":                  # every tile pair drawn, as no rank of a run does
+        n_tiles = -(-n_agents // ER_TILE)
+        edges = np.concatenate([_er_tile_edges(n_agents, value, seed, t, u)
+                                for t in range(n_tiles) for u in range(t, n_tiles)] or [np.zeros((0, 2), int)])
     else:
         graph = {"ring": nx.cycle_graph, "path": nx.path_graph, "complete": nx.complete_graph,
-                 "star": lambda m: nx.star_graph(m - 1) if m > 1 else nx.empty_graph(m),
-                 "er": lambda m: nx.gnp_random_graph(m, value, seed=seed)}[name](n_agents)
+                 "star": lambda m: nx.star_graph(m - 1) if m > 1 else nx.empty_graph(m)}[name](n_agents)
         edges = list(graph.edges())
     return Network.from_edges(n_agents, np.array(edges, dtype=np.int64).reshape(-1, 2))
 
@@ -257,3 +260,38 @@ def test_block_owners_answer_as_the_array_of_owners(seed):
     ids = rng.integers(0, len(array), size=20)
     np.testing.assert_array_equal(owners[ids], array[ids])
     assert [int(owners[i]) for i in range(len(array))] == array.tolist()
+
+
+@pytest.mark.parametrize("n_agents, p", [(12, 0.3), (300, 0.05), (3000, 0.01), (40000, 0.0005), (50, 1.0),
+                                         (50, 0.0)])
+def test_er_draws_each_pair_once_with_probability_p(n_agents, p):
+    """er:p has about p M (M-1) / 2 edges (within 5 standard deviations), each pair at most
+    once, a < b; as many within each tile and between tiles as their pairs say (40,000
+    agents are three tiles); and no rank's rows depend on which other agents it holds."""
+    edges = build_network(f"er:p={p}", n_agents, seed=5, require_connected=False).edges
+    pairs = n_agents * (n_agents - 1) / 2
+    assert abs(len(edges) - p * pairs) <= 5 * np.sqrt(pairs * p * (1 - p)) + 1e-9
+    assert (edges[:, 0] < edges[:, 1]).all() and len(np.unique(edges, axis=0)) == len(edges)
+    tile = edges // ER_TILE
+    for t in range(-(-n_agents // ER_TILE)):
+        for u in range(t, -(-n_agents // ER_TILE)):
+            sizes = [min(ER_TILE, n_agents - x * ER_TILE) for x in (t, u)]
+            tile_pairs = sizes[0] * (sizes[0] - 1) / 2 if t == u else sizes[0] * sizes[1]
+            found = ((tile[:, 0] == t) & (tile[:, 1] == u)).sum()
+            assert abs(found - p * tile_pairs) <= 5 * np.sqrt(tile_pairs * p * (1 - p)) + 1e-9, (t, u)
+    assert not np.array_equal(edges, build_network(f"er:p={p}", n_agents, seed=6, require_connected=False).edges) \
+        or p in (0.0, 1.0)
+
+
+def test_er_rows_across_tiles_are_the_whole_graphs_rows():
+    """A block across tile boundaries, and scattered agents, of er over three tiles: each
+    rank's rows, from the tile pairs it holds an agent of, are the whole graph's."""
+    n_agents, spec = 40000, "er:p=0.0003"
+    whole = build_network(spec, n_agents, seed=2, require_connected=False)
+    rng = np.random.default_rng(0)
+    for agents in (np.arange(10000, 35000), np.sort(rng.choice(n_agents, 500, replace=False)), np.arange(5)):
+        rows, connected = local_graph(spec, n_agents, agents, seed=2)
+        expected = whole.rows(agents)
+        assert not connected
+        np.testing.assert_array_equal(rows.indptr, expected.indptr)
+        np.testing.assert_array_equal(rows.indices, expected.indices)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import run_mpi, uneven_dataset
+from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
 from nkmpi.options import Options
@@ -103,3 +104,50 @@ def test_default_output_next_to_the_data_and_float32(tmp_path):
     np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
     with h5py.File(tmp_path / "f32.result.h5") as f:
         assert f["centers"].dtype == np.float64 and f["assignments"].dtype == np.int64
+
+
+def test_the_datasets_graph_as_csr_or_edge_list_gives_one_result(dataset, tmp_path):
+    """A dataset's CSR graph, each rank reading its own agents' rows, runs as the same
+    graph stored as an edge list (read whole), and as the reference on that graph."""
+    path, points, offsets = dataset
+    spec = "ws:k=4,p=0.3"
+    edges = build_network(spec, 12, SEED).edges
+    csr, listed = tmp_path / "csr.h5", tmp_path / "listed.h5"
+    write_dataset(csr, points, offsets, edges=edges)
+    write_dataset(listed, points, offsets)
+    with h5py.File(listed, "a") as f:
+        f["graph/edges"] = edges
+    expected = reference_for(points, offsets, spec)
+    for n_ranks in (1, 3):
+        for data in (csr, listed):
+            out = tmp_path / f"{data.stem}{n_ranks}.h5"
+            proc = run_mpi(n_ranks, ["run", data, "-k", 4, "--iters", 40, "--tol", 0, "--monitor-every", 1,
+                                     "--seed", SEED, "--out", out])
+            assert proc.returncode == 0, proc.stderr
+            got = read_result(out)
+            assert got["attrs"]["graph"] == "dataset"
+            np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
+            np.testing.assert_array_equal(got["assignments"], expected.assignments)
+            np.testing.assert_array_equal(got["centers"], read_result(tmp_path / "csr1.h5")["centers"])
+
+
+@pytest.mark.parametrize("u, v", [(0, 6), (6, 0), (3, 5)])
+@pytest.mark.parametrize("n_ranks", [1, 3])
+def test_a_one_sided_stored_graph_is_refused_by_every_rank(dataset, tmp_path, u, v, n_ranks):
+    """A CSR row that lists a neighbour whose own row does not list it back, inside a
+    rank's block or across ranks (agents 0 and 6 are on ranks 0 and 1 of 3): status 2 and
+    one message naming the entry, before any iteration."""
+    path, points, offsets = dataset
+    ring = build_network("ring", 12)
+    rows = [list(ring.neighbours(a)) for a in range(12)]
+    rows[u] = sorted(rows[u] + [v])
+    data = tmp_path / "one-sided.h5"
+    write_dataset(data, points, offsets)
+    with h5py.File(data, "a") as f:
+        f["graph/indptr"] = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+        f["graph/indices"] = np.concatenate(rows)
+    proc = run_mpi(n_ranks, ["run", data, "-k", 4, "--iters", 5, "--out", tmp_path / "out.h5"])
+    assert proc.returncode == 2, proc.stderr
+    assert f"lists agent {v} among agent {u}'s neighbours but not {u} among {v}'s" in proc.stderr
+    assert proc.stderr.count("nkmpi: error:") == 1 and "Traceback" not in proc.stderr
+    assert "iter" not in proc.stdout and not (tmp_path / "out.h5").exists()

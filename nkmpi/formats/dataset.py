@@ -5,8 +5,9 @@ the schema).
 The data tools (and tests, and benchmarks) write it through `write_dataset` or, in pieces
 for data larger than memory, `write_dataset_rows`; every file is checked by this
 module's own reader before it takes its name.  `nkmpi run` reads it here: each rank
-opens the file, reads the O(M) metadata every rank needs (offsets, edges) and then only
-its own rows, the ranks together through MPI-IO where h5py has it (`hdf5.io_driver`).
+opens the file, reads the O(M) metadata every rank needs (the offsets) and then only
+its own rows, the ranks together through MPI-IO where h5py has it (`hdf5.io_driver`), and
+its own agents' rows of the graph (`StoredGraph.rows`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..errors import InputError
+from ..graph import Network, malformed_row
 from .hdf5 import atomic_file, check_header, reading, shared_file, write_header
 
 if TYPE_CHECKING:
@@ -28,8 +30,14 @@ if TYPE_CHECKING:
 FORMAT, VERSION = "nkmpi-dataset", 1
 #: (N, p) float32 or float64 rows, grouped by agent; (M+1,) int64 offsets: agent m owns
 #: rows offsets[m]:offsets[m+1]; optional (N,) int64 ground truth; optional group
-#: holding (E, 2) int64 undirected edges between agents.
-POINTS, AGENT_OFFSETS, LABELS, GRAPH, EDGES = "points", "agent_offsets", "labels", "graph", "graph/edges"
+#: holding the agents' undirected graph.
+POINTS, AGENT_OFFSETS, LABELS, GRAPH = "points", "agent_offsets", "labels", "graph"
+#: The graph as a CSR adjacency, what nkmpi writes: (M+1,) int64 `indptr` and (2E,) int64
+#: `indices`; agent m's neighbours are indices[indptr[m]:indptr[m+1]], strictly ascending,
+#: never m itself, and m is among each of theirs.
+INDPTR, INDICES = "graph/indptr", "graph/indices"
+#: The graph as an (E, 2) int64 edge list, as earlier nkmpi versions wrote it (still read).
+EDGES = "graph/edges"
 #: Optional (N,) float32 or float64 weight of each row, non-negative and finite.
 WEIGHTS = "weights"
 
@@ -44,7 +52,7 @@ class DatasetInfo:
     dtype: np.dtype
     offsets: np.ndarray
     has_labels: bool
-    edges: object        # (E, 2) int64 array, or None when the file has no graph
+    graph: StoredGraph | None       # None when the file has no graph
     has_weights: bool = False
     #: Whether points, labels or weights are virtual datasets, which HDF5 1.10 does not read
     #: through MPI-IO: each rank then reads its rows alone.
@@ -112,23 +120,121 @@ def _read_metadata(path, f):
         if not isinstance(weights, h5py.Dataset) or weights.shape != (n_points,) \
                 or weights.dtype not in (np.float32, np.float64):
             _fail(path, f"{WEIGHTS!r} must be a float32 or float64 array of shape ({n_points},)")
-    edges = None
-    if GRAPH in f and not isinstance(f[GRAPH], h5py.Group):
-        _fail(path, f"{GRAPH!r} must be a group (holding 'edges')")
+    graph = _read_graph_layout(path, f, len(offsets) - 1)
+    virtual = _check_virtual_sources(path, f)
+    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, graph, has_weights,
+                       virtual)
+
+
+def _integer_array(path, f, name, ndim, what):
+    ds = f[name]
+    if not isinstance(ds, h5py.Dataset) or ds.ndim != ndim or ds.dtype.kind not in "iu" \
+            or (ndim == 2 and ds.shape[1] != 2):
+        _fail(path, f"{name!r} must be an integer array of shape {what}, has "
+                    f"{getattr(ds, 'shape', 'a group')} {getattr(ds, 'dtype', '')}")
+    return ds
+
+
+def _read_graph_layout(path, f, n_agents):
+    """The file's StoredGraph (None without one): an edge list is read and range-checked
+    whole here; of a CSR only its shape and its two ends, the rest row by row (`rows`)."""
+    if GRAPH not in f:
+        return None
+    if not isinstance(f[GRAPH], h5py.Group):
+        _fail(path, f"{GRAPH!r} must be a group (holding 'indptr' and 'indices')")
+    csr = [name for name in (INDPTR, INDICES) if name in f]
     if EDGES in f:
-        ds = f[EDGES]
-        if not isinstance(ds, h5py.Dataset) or ds.ndim != 2 or ds.shape[1] != 2 or ds.dtype.kind not in "iu":
-            _fail(path, f"{EDGES!r} must be an integer array of shape (E, 2), has "
-                        f"{getattr(ds, 'shape', 'a group')} {getattr(ds, 'dtype', '')}")
-        edges = ds[()].astype(np.int64)
-        n_agents = len(offsets) - 1
+        if csr:
+            _fail(path, f"{GRAPH!r} holds both {EDGES!r} and {csr[0]!r}: keep one form of the graph")
+        edges = _integer_array(path, f, EDGES, 2, "(E, 2)")[()].astype(np.int64)
         outside = np.flatnonzero(((edges < 0) | (edges >= n_agents)).any(axis=1))
         if outside.size:
             a, b = edges[outside[0]]
             _fail(path, f"{EDGES!r} row {outside[0]} is ({a}, {b}): agent ids must be 0..{n_agents - 1}")
-    virtual = _check_virtual_sources(path, f)
-    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, edges, has_weights,
-                       virtual)
+        return StoredGraph(path, n_agents, 2 * len(edges), edges)
+    if len(csr) < 2:
+        _fail(path, f"{GRAPH!r} must hold both {INDPTR!r} and {INDICES!r}" + (f", has only {csr[0]!r}" if csr else ""))
+    indptr = _integer_array(path, f, INDPTR, 1, f"({n_agents + 1},)")
+    if indptr.shape[0] != n_agents + 1:
+        _fail(path, f"{INDPTR!r} must hold M+1 = {n_agents + 1} offsets (one more than the agents), "
+                    f"has {indptr.shape[0]}")
+    n_entries = _integer_array(path, f, INDICES, 1, "(2E,)").shape[0]
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first != 0 or last != n_entries:
+        _fail(path, f"{INDPTR!r} must run from 0 to the length of {INDICES!r}, {n_entries}; "
+                    f"runs from {first} to {last}")
+    return StoredGraph(path, n_agents, n_entries)
+
+
+@dataclass(frozen=True)
+class StoredGraph:
+    """A dataset's own agent graph, as its file holds it: a CSR (`graph/indptr`,
+    `graph/indices`), of which a rank reads only its own agents' rows, or, in files of
+    earlier nkmpi versions, an edge list (`edges`), which every rank reads whole.
+
+    A CSR's rows are checked as they are read (`rows`).  Whether they are symmetric, each
+    agent among its neighbours' neighbours, spans the ranks: nkmpi.connectivity checks it."""
+
+    path: str
+    n_agents: int
+    #: Entries of the adjacency: twice the edges (of a CSR that is symmetric).
+    n_entries: int
+    #: (E, 2) int64 the edge list of a file that holds one; None for a CSR.
+    edges: np.ndarray | None = None
+
+    @property
+    def n_edges(self) -> int:
+        return self.n_entries // 2
+
+    def one_sided(self, u: int, v: int) -> str:
+        """The error of a CSR that lists v among u's neighbours but not u among v's."""
+        return (f"{self.path}: {INDICES!r} lists agent {v} among agent {u}'s neighbours but not {u} among "
+                f"{v}'s: the graph must be undirected, each edge in both its agents' rows")
+
+    def rows(self, agents) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, indices): the CSR rows of `agents` (ascending ids, in runs of consecutive
+        ones, as a block placement gives), read from the file's CSR and checked: offsets that
+        never decrease, neighbours that are agent ids, strictly ascending, never the agent."""
+        if self.edges is not None:
+            raise ValueError("an edge list is read whole: build its Network")
+        agents = np.asarray(agents, dtype=np.int64)
+        cuts = np.flatnonzero(np.diff(agents) != 1) + 1
+        indptr, pieces = [np.zeros(1, dtype=np.int64)], []
+        with reading(f"{self.path}: cannot read the graph's rows"), h5py.File(self.path, "r") as f:
+            for run in np.split(agents, cuts) if len(agents) else []:
+                first, stop = int(run[0]), int(run[-1]) + 1
+                offsets = f[INDPTR][first:stop + 1].astype(np.int64, copy=False)
+                drop = np.flatnonzero(np.diff(offsets) < 0)
+                if drop.size:
+                    at = int(drop[0])
+                    _fail(self.path, f"{INDPTR!r} decreases at agent {first + at} "
+                                     f"({offsets[at]} -> {offsets[at + 1]})")
+                if offsets[0] < 0 or offsets[-1] > self.n_entries:
+                    _fail(self.path, f"{INDPTR!r} leaves 0..{self.n_entries} between agents {first} and {stop}")
+                neighbours = f[INDICES][offsets[0]:offsets[-1]].astype(np.int64, copy=False)
+                offsets -= offsets[0]
+                _check_rows_of(self.path, run, offsets, neighbours, self.n_agents)
+                indptr.append(offsets[1:] + indptr[-1][-1])
+                pieces.append(neighbours)
+        if len(pieces) == 1:                    # one block of agents: its rows as read
+            return np.concatenate(indptr), pieces[0]
+        return np.concatenate(indptr), np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
+#: What `graph.malformed_row` finds wrong with a row, by its code.
+ROW_FAULTS = {1: "names an agent outside 0..{last}", 2: "is not strictly ascending (each neighbour once, in order)",
+              3: "names the agent itself"}
+
+
+def _check_rows_of(path, agents, indptr, indices, n_agents):
+    """Fail on the first row of `agents` that names an agent outside 0..M-1, is not strictly
+    ascending, or names its own agent."""
+    row, fault = malformed_row(agents, indptr, indices, n_agents)
+    if fault:
+        neighbours = indices[indptr[row]:indptr[row + 1]]
+        shown = ", ".join(map(str, neighbours[:8])) + (", ..." if len(neighbours) > 8 else "")
+        _fail(path, f"{INDICES!r}: the row of agent {agents[row]} ({shown}) "
+                    + ROW_FAULTS[fault].format(last=n_agents - 1))
 
 
 def _check_virtual_sources(path, f):
@@ -288,14 +394,25 @@ def read_all(path: str | os.PathLike) -> tuple[DatasetInfo, np.ndarray]:
     return info, read_rows(info, 0, info.n_agents)
 
 
+def write_graph(f: h5py.File, path: str | os.PathLike, n_agents: int, edges: np.ndarray) -> None:
+    """Store the undirected graph of `edges` ((E, 2) agent ids; self loops and repeats
+    dropped) in the open dataset file `f` as CSR, each edge in both its agents' rows: the
+    layout a rank reads its own rows of."""
+    try:
+        network = Network.from_edges(n_agents, edges)
+    except InputError as exc:
+        raise InputError(f"{path}: the graph: {exc}") from None
+    f[INDPTR], f[INDICES] = network.indptr, network.indices
+
+
 def write_dataset(path: str | os.PathLike, points: np.ndarray, agent_offsets: np.ndarray,
                   labels: np.ndarray | None = None, edges: np.ndarray | None = None,
                   weights: np.ndarray | None = None) -> None:
     """Write a dataset v1 file whole (`write_dataset_rows` with all rows at once).
 
     points (N, p) float32/float64 grouped by agent; agent_offsets (M+1,);
-    labels (N,) optional ground truth; edges (E, 2) optional agent graph;
-    weights (N,) optional row weights.
+    labels (N,) optional ground truth; edges (E, 2) optional agent graph (stored as
+    CSR: `write_graph`); weights (N,) optional row weights.
     """
     points = np.asarray(points)
     write_dataset_rows(path, points.shape, points.dtype, agent_offsets, [(0, points, labels)],
@@ -325,7 +442,7 @@ def write_dataset_rows(path: str | os.PathLike, shape: tuple, dtype: DTypeLike, 
             labels_ds = f.create_dataset(LABELS, shape[:1], dtype=np.int64) if has_labels else None
             f[AGENT_OFFSETS] = np.asarray(agent_offsets, dtype=np.int64)
             if edges is not None:
-                f[EDGES] = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+                write_graph(f, path, len(agent_offsets) - 1, edges)
             if weights is not None:
                 f[WEIGHTS] = weights
             for first_row, points, labels in blocks:
