@@ -243,10 +243,9 @@ def test_plain_attributes():
     assert hdf5.plain(np.int64(1)) == 1 and type(hdf5.plain(np.int64(1))) is int
 
 
-def graph_file(path, indptr, indices, n_agents=4):
+def graph_file(path, indptr, indices):
     """A dataset of OFFSETS's 4 agents whose graph is the CSR given, as stored."""
-    offsets = OFFSETS if n_agents == 4 else np.arange(n_agents + 1)
-    dataset.write_dataset(path, points()[:offsets[-1]], offsets)
+    dataset.write_dataset(path, points(), OFFSETS)
     with h5py.File(path, "a") as f:
         f["graph/indptr"], f["graph/indices"] = indptr, indices
     return dataset.open_dataset(path)

@@ -18,6 +18,7 @@ from conftest import assert_same_file, mpi_command, mpi_env, run_launch, run_mpi
 from nkmpi.formats.dataset import read_all, write_dataset
 from nkmpi.formats.hdf5 import IO_ATTRIBUTE, IO_SETTING, MPIO, SERIAL
 from nkmpi.formats.result import read_result
+from nkmpi.graph import build_network
 
 pytestmark = pytest.mark.mpi
 
@@ -44,12 +45,13 @@ def mpio():
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """Uneven agents (one of no rows) with row weights, so that the weights are read too."""
+    """Uneven agents (one of no rows) with row weights, so that the weights are read too, and
+    a graph of their own (CSR), whose rows each rank reads while the file is shared."""
     path = tmp_path_factory.mktemp("parallel_hdf5") / "weighted.h5"
     uneven_dataset(path)
     info, points = read_all(path)
     weights = np.random.default_rng(1).integers(1, 4, len(points)).astype(np.float64)
-    write_dataset(path, points, info.offsets, weights=weights)
+    write_dataset(path, points, info.offsets, weights=weights, edges=build_network("ws:k=4,p=0.3", 12, 1).edges)
     return path
 
 
