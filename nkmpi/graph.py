@@ -5,8 +5,8 @@ forms: the whole `Network` (a sorted edge array and a CSR adjacency, O(M + E) me
 never a dense matrix) for the serial reference, `nkmpi info`, the data tools and the
 network seeding's spanning tree; and a `LocalGraph`, the rows of one rank's agents
 only, which is all a run's exchanges need.  `local_graph` builds the rows of ring,
-path, star, complete, torus, rgg and er without the rest of the graph, and reads a
-dataset's CSR graph for the rank's agents alone; the other sources (ws, an edge file, a
+path, star, complete, torus, rgg, er and ws without the rest of the graph, and reads a
+dataset's CSR graph for the rank's agents alone; the other sources (an edge file, a
 dataset's edge list, a given graph) are built whole, checked, and cut to the rows.
 """
 
@@ -423,7 +423,8 @@ def _rgg_local_rows(n_agents, agents, radius, seed):
     return _rgg_rows(positions, cell_start, level, agents, radius)
 
 
-#: Agents a side of the tiles an er graph is drawn by (`_er_tile_edges`).
+#: Agents a side of the tiles an er graph is drawn by (`_er_tile_edges`), and of those whose
+#: lattice edges a ws graph rewires from a stream of their own (`_ws_tile_rewirings`).
 ER_TILE = 16384
 
 
@@ -436,19 +437,8 @@ def _er_tile_edges(n_agents, p, seed, first, second):
     rows = min(ER_TILE, n_agents - first * ER_TILE)
     cols = min(ER_TILE, n_agents - second * ER_TILE)
     size = rows * cols
-    if p == 0 or size == 0:
-        return np.zeros((0, 2), dtype=np.int64)
     rng = np.random.default_rng([seed, 29, first, second])
-    expected = p * size
-    batch = int(expected + 6 * np.sqrt(expected) + 16)
-    places, last = [], -1
-    while last < size:
-        gaps = np.minimum(rng.geometric(p, batch), size + 1)    # (numpy caps a gap at 2**63 - 1)
-        steps = last + np.cumsum(gaps)
-        places.append(steps)
-        last = int(steps[-1])
-    places = np.concatenate(places)
-    places = places[places < size]
+    places = _geometric_places(rng, p, size)
     a, b = first * ER_TILE + places // cols, second * ER_TILE + places % cols
     keep = a < b                                # a tile with itself: each pair once
     return np.stack([a[keep], b[keep]], axis=1)
@@ -464,17 +454,95 @@ def _er_local_rows(n_agents, agents, p, seed):
     edges = np.concatenate([_er_tile_edges(n_agents, p, seed, t, u) for t, u in sorted(pairs)]
                            or [np.zeros((0, 2), dtype=np.int64)])
     entries = np.concatenate([edges, edges[:, ::-1]])           # both directions: (row, neighbour)
-    where = np.searchsorted(agents, entries[:, 0])
-    mine = where < len(agents)
-    mine[mine] = agents[where[mine]] == entries[mine, 0]
-    entries, where = entries[mine], where[mine]
-    order = np.lexsort((entries[:, 1], where))
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(where, minlength=len(agents)))]).astype(np.int64)
-    return indptr, np.ascontiguousarray(entries[order, 1])
+    return _rows_of_entries(n_agents, agents, entries[_membership(agents)(entries[:, 0])])
+
+
+def _geometric_places(rng, p, size):
+    """The places 0..size-1 of the successes of `size` Bernoulli(p) trials, drawn as the
+    geometric gaps between them: the work is the successes', not the trials'."""
+    if p == 0 or size == 0:
+        return np.zeros(0, dtype=np.int64)
+    expected = p * size
+    batch = int(expected + 6 * np.sqrt(expected) + 16)
+    places, last = [], -1
+    while last < size:
+        gaps = np.minimum(rng.geometric(p, batch), size + 1)    # (numpy caps a gap at 2**63 - 1)
+        steps = last + np.cumsum(gaps)
+        places.append(steps)
+        last = int(steps[-1])
+    places = np.concatenate(places)
+    return places[places < size]
+
+
+def _ws_tile_rewirings(n_agents, half, p, seed, tile):
+    """The rewired lattice edges of ws whose first agent u is in `tile` (agents
+    tile * ER_TILE ..): each lattice edge (u, u + j mod M), j = 1..half, numbered
+    u * half + j - 1, is rewired with probability p, independently, to (u, w) with w
+    uniform among the other agents; drawn from a generator of the tile's own, keyed by
+    (seed, tile).  Returns (edge numbers, u, w)."""
+    first = tile * ER_TILE
+    n_edges = min(ER_TILE, n_agents - first) * half
+    rng = np.random.default_rng([seed, 31, tile])
+    numbers = first * half + _geometric_places(rng, p, n_edges)
+    sources = numbers // half
+    targets = rng.integers(0, n_agents - 1, len(numbers)) if len(numbers) else np.zeros(0, dtype=np.int64)
+    return numbers, sources, targets + (targets >= sources)
+
+
+def _ws_local_rows(n_agents, agents, k, p, seed):
+    """(indptr, indices) of `agents` (ascending) in ws:k,p over `n_agents`: the ring
+    lattice of k // 2 neighbours a side, each lattice edge rewired as `_ws_tile_rewirings`
+    draws it (an edge rewired onto one already there merges with it).  A rank draws every
+    tile's rewirings, O(p M k) numbers, but keeps only those that touch its agents."""
+    half, m = k // 2, n_agents
+    mine = _membership(agents)
+    kept_numbers, extra = [np.zeros(0, dtype=np.int64)], [np.zeros((0, 2), dtype=np.int64)]
+    for tile in range(-(-m // ER_TILE) if half else 0):
+        numbers, sources, targets = _ws_tile_rewirings(m, half, p, seed, tile)
+        near = mine(sources) | mine((sources + numbers % half + 1) % m)    # either end of the lattice edge
+        kept_numbers.append(numbers[near])
+        extra.append(np.stack([sources, targets], axis=1)[mine(sources) | mine(targets)])
+    rewired = np.concatenate(kept_numbers)
+    rewired.sort()
+    j = np.arange(1, half + 1)
+    forward = agents[:, None] * half + j - 1                         # (x, x + j)
+    backward = ((agents[:, None] - j) % m) * half + j - 1            # (x - j, x)
+    lattice = np.concatenate([np.stack([np.broadcast_to(agents[:, None], forward.shape), (agents[:, None] + j) % m],
+                                       axis=-1)[~_contains(rewired, forward)],
+                              np.stack([np.broadcast_to(agents[:, None], backward.shape), (agents[:, None] - j) % m],
+                                       axis=-1)[~_contains(rewired, backward)]]).reshape(-1, 2)
+    shortcuts = np.concatenate(extra)
+    entries = np.concatenate([lattice, shortcuts, shortcuts[:, ::-1]])
+    entries = entries[mine(entries[:, 0])]
+    return _rows_of_entries(m, agents, entries)
+
+
+def _membership(agents):
+    """A test of which ids are in `agents` (ascending)."""
+    def test(ids):
+        where = np.minimum(np.searchsorted(agents, ids), max(len(agents) - 1, 0))
+        return agents[where] == ids if len(agents) else np.zeros(len(ids), dtype=bool)
+    return test
+
+
+def _contains(ordered, values):
+    """Which of `values` are in the ascending array `ordered`."""
+    where = np.minimum(np.searchsorted(ordered, values), max(len(ordered) - 1, 0))
+    return ordered[where] == values if len(ordered) else np.zeros(values.shape, dtype=bool)
+
+
+def _rows_of_entries(n_agents, agents, entries):
+    """CSR of `agents` (ascending) from (row agent, neighbour) entries, each row ascending
+    and each neighbour once: sorted as one int64 key an entry (row index x M + neighbour)."""
+    keys = np.searchsorted(agents, entries[:, 0]) * n_agents + entries[:, 1]
+    keys.sort()                             # (np.unique's hashing is several times slower)
+    keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+    counts = np.bincount(keys // n_agents, minlength=len(agents)) if len(keys) else np.zeros(len(agents), np.int64)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), keys % n_agents
 
 
 #: The specs whose rows `local_graph` builds without the rest of the graph.
-LOCAL_SPECS = ("ring", "path", "star", "complete", "torus", "rgg", "er")
+LOCAL_SPECS = ("ring", "path", "star", "complete", "torus", "rgg", "er", "ws")
 #: Of those, the ones connected by construction (rgg is checked).
 CONNECTED_SPECS = ("ring", "path", "star", "complete", "torus")
 
@@ -488,6 +556,12 @@ def _spec_rows(spec, n_agents, agents, seed):
         return _rgg_local_rows(n_agents, agents, _rgg_radius(spec, arg), seed)
     if name == "er":
         return _er_local_rows(n_agents, agents, _er_probability(spec, arg), seed)
+    if name == "ws":
+        params = _parse_params(spec, arg, {"k": int, "p": float})
+        k, p = params.get("k", 4), params.get("p", 0.1)
+        _require(0 <= k < n_agents, spec, f"k must be in 0..{n_agents - 1} (below the number of agents)")
+        _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
+        return _ws_local_rows(n_agents, agents, k, p, seed)
     params = _parse_params(spec, arg, {"rows": int}) if name == "torus" else {}
     return _analytic_rows(name, n_agents, agents, **params)
 
@@ -630,17 +704,7 @@ def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_graph=
     elif name in LOCAL_SPECS:
         indptr, indices = _spec_rows(spec, m, np.arange(m), seed)
     else:
-        import networkx as nx               # ws only: a rank that builds its rows never loads it
-        if name == "ws":
-            params = _parse_params(spec, arg, {"k": int, "p": float})
-            k = params.get("k", 4)
-            p = params.get("p", 0.1)
-            _require(0 <= k < m, spec, f"k must be in 0..{m - 1} (below the number of agents)")
-            _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
-            graph = nx.watts_strogatz_graph(m, k, p, seed=seed)
-        else:
-            raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
-        edges = np.array(graph.edges(), dtype=np.int64).reshape(-1, 2)
+        raise InputError(f"unknown graph spec {spec!r}; use one of: {', '.join(GRAPH_SPECS)}")
     network = Network.from_csr(m, indptr, indices) if csr else Network.from_edges(m, edges)
     if require_connected:
         require_connected_graph(network, f"graph {spec!r}")

@@ -9,7 +9,8 @@ from scipy.spatial import cKDTree
 
 from conftest import run_script
 from nkmpi.errors import InputError
-from nkmpi.graph import (ER_TILE, RGG_MAX_LEVEL, BlockOwners, Network, _er_tile_edges, block_placement,
+from nkmpi.graph import (ER_TILE, RGG_MAX_LEVEL, BlockOwners, Network, _er_tile_edges, _ws_tile_rewirings,
+                         block_placement,
                          build_network, concat_ranges, graph_stats, local_graph, rgg_level, rgg_positions)
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
@@ -19,7 +20,7 @@ SCRIPTS = Path(__file__).parent / "mpi_scripts"
     ("ring", nx.cycle_graph(12)), ("path", nx.path_graph(12)), ("complete", nx.complete_graph(12)),
     ("star", nx.star_graph(11)),
     ("torus", nx.convert_node_labels_to_integers(nx.grid_2d_graph(3, 4, periodic=True), ordering="sorted")),
-    ("ws:k=4,p=0.1", nx.watts_strogatz_graph(12, 4, 0.1, seed=3)),
+    ("ws:k=4,p=0", nx.watts_strogatz_graph(12, 4, 0, seed=3)), ("ws:k=5,p=0", nx.watts_strogatz_graph(12, 5, 0, seed=3)),
 ])
 def test_specs_build_the_networkx_graphs(spec, expected):
     network = build_network(spec, 12, seed=3)
@@ -130,10 +131,10 @@ def test_concat_ranges():
 
 def independent_network(spec, n_agents, seed):
     """The whole graph of `spec` built another way: by networkx, for rgg by scipy's k-d
-    tree over the agents' positions, for er from every pair of tiles; None when torus rows
-    do not divide the agents."""
+    tree over the agents' positions, for er from every pair of tiles, for ws edge by edge
+    from every tile's rewirings; None when torus rows do not divide the agents."""
     name, _, arg = spec.partition(":")
-    value = float(arg.partition("=")[2]) if arg else None
+    value = float(arg.partition("=")[2]) if arg and name != "ws" else None
     if name == "rgg":
         edges = cKDTree(rgg_positions(n_agents, seed)[0]).query_pairs(value, output_type="ndarray")
     elif name == "torus":
@@ -143,6 +144,15 @@ def independent_network(spec, n_agents, seed):
         cols = n_agents // rows
         edges = [(a * cols + b, c * cols + d) for (a, b), (c, d) in
                  nx.grid_2d_graph(rows, cols, periodic=True).edges()]
+    elif name == "ws":                  # the lattice, less the rewired edges, plus their new ends
+        half, p = int(arg.split(",")[0].partition("=")[2]) // 2, float(arg.split(",")[1].partition("=")[2])
+        edges = {(u, (u + j) % n_agents) for u in range(n_agents) for j in range(1, half + 1)}
+        for tile in range(-(-n_agents // ER_TILE) if half else 0):
+            numbers, sources, targets = _ws_tile_rewirings(n_agents, half, p, seed, tile)
+            for number, u, w in zip(numbers.tolist(), sources.tolist(), targets.tolist()):
+                edges.discard((u, (u + number % half + 1) % n_agents))
+                edges.add((u, w))
+        edges = sorted(edges)
     elif name == "er":                  # every tile pair drawn, as no rank of a run does
         n_tiles = -(-n_agents // ER_TILE)
         edges = np.concatenate([_er_tile_edges(n_agents, value, seed, t, u)
@@ -155,12 +165,17 @@ def independent_network(spec, n_agents, seed):
 
 
 @pytest.mark.parametrize("spec", ["ring", "path", "star", "complete", "torus", "torus:rows=2", "torus:rows=1",
-                                  "rgg:radius=0.3", "rgg:radius=0.05", "rgg:radius=0.7", "rgg:radius=3", "er:p=0.4"])
+                                  "rgg:radius=0.3", "rgg:radius=0.05", "rgg:radius=0.7", "rgg:radius=3", "er:p=0.4",
+                                  "ws:k=2,p=0.5", "ws:k=0,p=0.5"])
 @pytest.mark.parametrize("n_agents", [1, 2, 3, 5, 12, 30, 257])
 def test_local_rows_are_the_whole_graphs_rows(spec, n_agents):
     """A rank's rows, built without the rest of the graph, are the rows of the whole graph
     built another way (networkx, or a k-d tree for rgg), for blocks, scattered agents and no
     agents; and so is the whole Network."""
+    if spec.startswith("ws:k=2") and n_agents <= 2:    # k below the agents, or no ws
+        with pytest.raises(InputError, match="k must be in"):
+            local_graph(spec, n_agents, np.arange(n_agents), seed=4)
+        return
     whole = independent_network(spec, n_agents, seed=4)
     if whole is None:                              # torus rows that do not divide the agents
         with pytest.raises(InputError, match="does not divide"):
@@ -292,6 +307,33 @@ def test_er_rows_across_tiles_are_the_whole_graphs_rows():
     for agents in (np.arange(10000, 35000), np.sort(rng.choice(n_agents, 500, replace=False)), np.arange(5)):
         rows, connected = local_graph(spec, n_agents, agents, seed=2)
         expected = whole.rows(agents)
+        assert not connected
+        np.testing.assert_array_equal(rows.indptr, expected.indptr)
+        np.testing.assert_array_equal(rows.indices, expected.indices)
+
+
+@pytest.mark.parametrize("n_agents, k, p", [(12, 4, 0.3), (3000, 4, 0.1), (40000, 6, 0.2), (50, 5, 1.0)])
+def test_ws_rewires_each_lattice_edge_with_probability_p(n_agents, k, p):
+    """ws:k,p keeps about (1 - p) of the ring lattice's M k/2 edges (within 5 standard
+    deviations, plus the rewired edges that land back on the lattice, about k/M of them),
+    has about M k/2 edges in all (rewired ones merge only where they land on an edge
+    already there), and gives each rank's agents, across tiles and scattered, the whole
+    graph's rows (40,000 agents are three tiles)."""
+    spec = f"ws:k={k},p={p}"
+    network = build_network(spec, n_agents, seed=2, require_connected=False)
+    edges = set(map(tuple, network.edges.tolist()))
+    half = k // 2
+    lattice = {tuple(sorted((u, (u + j) % n_agents))) for u in range(n_agents) for j in range(1, half + 1)}
+    trials = len(lattice)
+    landing_back = p * 2 * half / (n_agents - 1)
+    kept = len(edges & lattice)
+    assert abs(kept - trials * (1 - p + landing_back)) <= 5 * np.sqrt(trials * p * (1 - p)) + 1 + trials * landing_back
+    assert trials * (1 - 2 * half / n_agents) - 5 <= len(edges) <= trials
+    rng = np.random.default_rng(1)
+    for agents in (np.arange(n_agents // 3, 2 * n_agents // 3), np.sort(rng.choice(n_agents, n_agents // 5))):
+        agents = np.unique(agents)
+        rows, connected = local_graph(spec, n_agents, agents, seed=2)
+        expected = network.rows(agents)
         assert not connected
         np.testing.assert_array_equal(rows.indptr, expected.indptr)
         np.testing.assert_array_equal(rows.indices, expected.indices)
