@@ -454,7 +454,7 @@ def _er_local_rows(n_agents, agents, p, seed):
     edges = np.concatenate([_er_tile_edges(n_agents, p, seed, t, u) for t, u in sorted(pairs)]
                            or [np.zeros((0, 2), dtype=np.int64)])
     entries = np.concatenate([edges, edges[:, ::-1]])           # both directions: (row, neighbour)
-    return _rows_of_entries(n_agents, agents, entries[_membership(agents)(entries[:, 0])])
+    return _rows_of_entries(n_agents, agents, entries[_is_in(agents, entries[:, 0])])
 
 
 def _geometric_places(rng, p, size):
@@ -495,7 +495,9 @@ def _ws_local_rows(n_agents, agents, k, p, seed):
     draws it (an edge rewired onto one already there merges with it).  A rank draws every
     tile's rewirings, O(p M k) numbers, but keeps only those that touch its agents."""
     half, m = k // 2, n_agents
-    mine = _membership(agents)
+
+    def mine(ids):
+        return _is_in(agents, ids)
     kept_numbers, extra = [np.zeros(0, dtype=np.int64)], [np.zeros((0, 2), dtype=np.int64)]
     for tile in range(-(-m // ER_TILE) if half else 0):
         numbers, sources, targets = _ws_tile_rewirings(m, half, p, seed, tile)
@@ -508,27 +510,19 @@ def _ws_local_rows(n_agents, agents, k, p, seed):
     forward = agents[:, None] * half + j - 1                         # (x, x + j)
     backward = ((agents[:, None] - j) % m) * half + j - 1            # (x - j, x)
     lattice = np.concatenate([np.stack([np.broadcast_to(agents[:, None], forward.shape), (agents[:, None] + j) % m],
-                                       axis=-1)[~_contains(rewired, forward)],
+                                       axis=-1)[~_is_in(rewired, forward)],
                               np.stack([np.broadcast_to(agents[:, None], backward.shape), (agents[:, None] - j) % m],
-                                       axis=-1)[~_contains(rewired, backward)]]).reshape(-1, 2)
+                                       axis=-1)[~_is_in(rewired, backward)]]).reshape(-1, 2)
     shortcuts = np.concatenate(extra)
     entries = np.concatenate([lattice, shortcuts, shortcuts[:, ::-1]])
     entries = entries[mine(entries[:, 0])]
     return _rows_of_entries(m, agents, entries)
 
 
-def _membership(agents):
-    """A test of which ids are in `agents` (ascending)."""
-    def test(ids):
-        where = np.minimum(np.searchsorted(agents, ids), max(len(agents) - 1, 0))
-        return agents[where] == ids if len(agents) else np.zeros(len(ids), dtype=bool)
-    return test
-
-
-def _contains(ordered, values):
-    """Which of `values` are in the ascending array `ordered`."""
+def _is_in(ordered, values):
+    """Which of `values` (any shape) are in the ascending array `ordered`."""
     where = np.minimum(np.searchsorted(ordered, values), max(len(ordered) - 1, 0))
-    return ordered[where] == values if len(ordered) else np.zeros(values.shape, dtype=bool)
+    return ordered[where] == values if len(ordered) else np.zeros(np.shape(values), dtype=bool)
 
 
 def _rows_of_entries(n_agents, agents, entries):
