@@ -352,6 +352,8 @@ class _NKMeans:
         self.one_call = self.plan.n_ext == self.plan.n_local
         self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters, loop.weights,
                                     moves_given=not self.one_call)
+        # Each agent's disagreement with its higher neighbours, written by a monitoring point's update.
+        self.edge_sums = np.zeros(0 if self.one_call else len(loop.agents))
         self.pass_offsets = loop.offsets
 
     @property
@@ -378,11 +380,12 @@ class _NKMeans:
         stop.hear(exchange.finish())
         timer.lap("exchange")
         if monitoring:
-            disagreement = kernels.edge_disagreement(exchange.ext, plan.agents, plan.nbr_ptr, plan.nbr_idx,
-                                                    plan.ext_ids)
             before = exchange.centers.copy() if inner > 1 else exchange.centers
         first_update = (iteration - 1) * inner + 1
         if self.one_call:                   # no ghosts: every update in one call, no exchanges between
+            if monitoring:
+                disagreement = kernels.edge_disagreement(exchange.ext, plan.agents, plan.nbr_ptr, plan.nbr_idx,
+                                                        plan.ext_ids)
             kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
                                          counts, rho, options.alpha, inner, faults=self.faults,
                                          first_update=first_update, agent_ids=plan.agents, ext_ids=plan.ext_ids)
@@ -394,11 +397,16 @@ class _NKMeans:
                     timer.lap("update")
                     stop.hear(exchange.exchange(stop.deadline))
                     timer.lap("exchange")
+                # At a monitoring point the first update also sums the edges' gaps of x(t).
+                edge_sums = self.edge_sums if monitoring and not step else kernels.NO_EDGE_SUMS
                 kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
                                       rho, options.alpha, out=exchange.spare, faults=self.faults,
                                       update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
-                                      moved=self.local_pass.moved, move_terms=self.local_pass.move_terms)
+                                      moved=self.local_pass.moved, move_terms=self.local_pass.move_terms,
+                                      edge_sums=edge_sums)
                 exchange.swap()
+            if monitoring:
+                disagreement = kernels.exact_partials(self.edge_sums)
         timer.lap("update")
         at_rest = False
         if monitoring:

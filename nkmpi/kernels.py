@@ -192,6 +192,8 @@ def _add_neighbours(total, rows, nbr_idx, first, stop):
 NO_IDS = np.zeros(0, dtype=np.int64)
 #: No moves tracked (center_update's `moved`); never written, passed as an argument.
 NO_MOVES = np.zeros((0, 0))
+#: No edge sums measured (center_update's `edge_sums`); never written.
+NO_EDGE_SUMS = np.zeros(0)
 
 
 @njit(inline='always', **_JIT)
@@ -232,10 +234,11 @@ def _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta):
 
 @njit(**_JIT)
 def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-            agent_ids, ext_ids, moved, single, f64_err, eta, first, stop):
+            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, first, stop):
     """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
     n / rho already (the same numbers: each is one division either way).  With rows in
-    `moved`, each center's move is added to it (_add_moves)."""
+    `moved`, each center's move is added to it (_add_moves); with rows in `edge_sums`, each
+    agent's `_up_edge_sum` of ext is written to it while its neighbours' rows are at hand."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
     # Contiguous rows of K x p, taken once: vectorizable loops, and no view made per agent.
@@ -245,7 +248,11 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
     total = np.empty(width)
     faulty = enabled(fault_params)
     tracking = moved.shape[0] > 0
+    measuring = edge_sums.shape[0] > 0
+    gaps = _gap_scratch(width)
     for a in range(first, stop):
+        if measuring:                           # of x(t), every edge whatever the faults
+            edge_sums[a] = _up_edge_sum(flat_ext, a, agent_ids[a], nbr_ptr, nbr_idx, ext_ids, gaps)
         if faulty and not takes_part(fault_params, agent_ids[a], update):
             out[a] = centers[a]
             continue
@@ -283,32 +290,32 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
 
 @njit(parallel=True, **_JIT)
 def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                     agent_ids, ext_ids, moved, single, f64_err, eta, n_ranges, n_agents):
+                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, n_ranges, n_agents):
     for r in prange(n_ranges):
         _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                agent_ids, ext_ids, moved, single, f64_err, eta, r * n_agents // n_ranges,
+                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, r * n_agents // n_ranges,
                 (r + 1) * n_agents // n_ranges)
 
 
 @njit(**_JIT)
 def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update, n_updates,
              agent_ids, ext_ids, first, stop):
-    untracked = np.zeros((0, 0))            # (a global array would be read-only to numba)
+    untracked, unmeasured = np.zeros((0, 0)), np.zeros(0)     # (a global array would be read-only to numba)
     for step in range(n_updates):
         _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
-                first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, first, stop)
+                first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, first, stop)
         current, spare = spare, current
 
 
 @njit(parallel=True, **_JIT)
 def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update,
                       n_updates, agent_ids, ext_ids, n_ranges, n_agents):
-    untracked = np.zeros((0, 0))
+    untracked, unmeasured = np.zeros((0, 0)), np.zeros(0)
     for step in range(n_updates):           # each update reads the whole previous one: ranges join per step
         for r in prange(n_ranges):
             _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
-                    first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, r * n_agents // n_ranges,
-                    (r + 1) * n_agents // n_ranges)
+                    first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured,
+                    r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
         current, spare = spare, current
 
 
@@ -318,7 +325,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
                   sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, out: np.ndarray | None = None,
                   faults: FaultModel = NO_FAULTS, update: int = 0, agent_ids: np.ndarray = NO_IDS,
                   ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
-                  move_terms: tuple = (False, 0.0, 0.0)) -> np.ndarray:
+                  move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -334,17 +341,25 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
 
     moved : (L, K) a LocalPass's `moved` (one made with moves_given), to which each
     center's move is added, measured as its `move_terms` say; by default nothing.
+
+    edge_sums : (L,) where to write each agent's sum over its edges to higher ids of the
+    squared gaps of ext's centers (x(t)), as `edge_disagreement` sums them: the
+    disagreement at a monitoring point, read while the update has the rows at hand
+    (`exact_partials(edge_sums)`); needs `agent_ids` and `ext_ids`.  By default nothing.
     """
     if out is None:
         out = np.empty_like(centers)
     if (len(agent_ids) != len(centers) or len(ext_ids) != len(ext)) and faults is not NO_FAULTS:
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
+    if len(edge_sums) and (edge_sums.shape != (len(centers),) or len(agent_ids) != len(centers)
+                           or len(ext_ids) != len(ext)):
+        raise ValueError("edge sums need one place per agent and the global ids of the agents and of ext's rows")
     if len(moved) and moved.shape != centers.shape[:2]:
         raise ValueError(f"moved must hold one number per center, {centers.shape[:2]}, not {moved.shape}")
     single, f64_err, eta = move_terms
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
-                bool(single), float(f64_err), float(eta))
+                bool(single), float(f64_err), float(eta), edge_sums)
     return out
 
 
@@ -462,45 +477,50 @@ def merge_partials(into, other):
 
 
 @njit(inline='always', **_JIT)
-def _edge_term(rows, a, b):
-    """sum_k ||x_a^k - x_b^k||^2 of one edge, a its lower end: one chain of additions, the
-    same wherever the edge is computed."""
-    edge = 0.0
-    for w in range(rows.shape[1]):
-        diff = rows[a, w] - rows[b, w]
-        edge += diff * diff
-    return edge
+def _up_edge_sum(rows, a, own, nbr_ptr, nbr_idx, ext_ids, gaps):
+    """sum over agent a's edges (a, b) to higher global ids b of sum_k ||x_a^k - x_b^k||^2,
+    `rows` flat K x p (a is row a; its neighbours rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]],
+    ascending in id, so those edges are the row's tail); 0.0 when a has none.  Each
+    coordinate's squared gaps add up over the edges in ascending b (`gaps`: `_gap_scratch`,
+    a vectorized loop like the update's), then the coordinates in eight lanes joined as a
+    tree: the same wherever a is placed."""
+    stop = nbr_ptr[a + 1]
+    first = stop
+    while first > nbr_ptr[a] and ext_ids[nbr_idx[first - 1]] > own:
+        first -= 1
+    if first == stop:
+        return 0.0
+    width = rows.shape[1]
+    x = rows[a]
+    for w in range(width):
+        gaps[w] = 0.0
+    for e in range(first, stop):
+        y = rows[nbr_idx[e]]
+        for w in range(width):
+            d = x[w] - y[w]
+            gaps[w] += d * d
+    l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = 0.0
+    for w in range(0, gaps.shape[0], 8):    # the padding past K x p stays 0.0
+        l0, l1, l2, l3 = l0 + gaps[w], l1 + gaps[w + 1], l2 + gaps[w + 2], l3 + gaps[w + 3]
+        l4, l5, l6, l7 = l4 + gaps[w + 4], l5 + gaps[w + 5], l6 + gaps[w + 6], l7 + gaps[w + 7]
+    return ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+
+
+@njit(inline='always', **_JIT)
+def _gap_scratch(width):
+    """The scratch of `_up_edge_sum` for rows of `width` (K x p) numbers: zeros, padded to
+    whole lanes of eight."""
+    return np.zeros(-(-width // 8) * 8)
 
 
 @njit(**_JIT)
 def _disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids):
     rows = ext.reshape(ext.shape[0], ext.shape[1] * ext.shape[2])
+    gaps = _gap_scratch(rows.shape[1])
     partials = np.zeros(EXACT_PARTIALS)
     n = 0
-    ends = np.empty((2, 4), dtype=np.int64)     # edges gathered four at a time: four independent chains
-    m = 0
     for a in range(agents.shape[0]):
-        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-            if ext_ids[nbr_idx[e]] < agents[a]:     # each edge once network-wide, by its lower end's rank
-                continue
-            ends[0, m], ends[1, m] = a, nbr_idx[e]
-            m += 1
-            if m < 4:
-                continue
-            a0, a1, a2, a3 = rows[ends[0, 0]], rows[ends[0, 1]], rows[ends[0, 2]], rows[ends[0, 3]]
-            b0, b1, b2, b3 = rows[ends[1, 0]], rows[ends[1, 1]], rows[ends[1, 2]], rows[ends[1, 3]]
-            s0 = s1 = s2 = s3 = 0.0
-            for w in range(rows.shape[1]):
-                d0, d1, d2, d3 = a0[w] - b0[w], a1[w] - b1[w], a2[w] - b2[w], a3[w] - b3[w]
-                s0 += d0 * d0
-                s1 += d1 * d1
-                s2 += d2 * d2
-                s3 += d3 * d3
-            for edge in (s0, s1, s2, s3):
-                n = _add_exact(partials, n, edge)
-            m = 0
-    for i in range(m):
-        n = _add_exact(partials, n, _edge_term(rows, ends[0, i], ends[1, i]))
+        n = _add_exact(partials, n, _up_edge_sum(rows, a, agents[a], nbr_ptr, nbr_idx, ext_ids, gaps))
     return partials[:n].copy()
 
 
@@ -510,9 +530,10 @@ def edge_disagreement(ext: np.ndarray, agents: np.ndarray, nbr_ptr: np.ndarray, 
     sum_k ||x_a^k - x_b^k||^2, as exact partials (see `exact_partials`).  a's neighbours are
     rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext`, whose rows have global ids ext_ids
     (halo.HaloPlan's).
-    Each edge is counted by the rank of its lower end, and its term is computed alike
-    wherever that is; the partials add the terms without rounding, so the sum over the
-    ranks does not depend on the placement."""
+    Each edge is counted by the rank of its lower end, which sums that agent's edges alike
+    wherever it is (`_up_edge_sum`; `center_update` does the same given `edge_sums`); the
+    partials add the agents' sums without rounding, so the total does not depend on the
+    placement."""
     return _disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids)
 
 

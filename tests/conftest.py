@@ -135,3 +135,18 @@ def uneven_dataset(path, n_agents=12, n_features=3, n_clusters=4, seed=0, dtype=
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     write_dataset(path, points, offsets, np.concatenate(labels))
     return points, offsets
+
+
+def agent_edge_sum(ext, a, higher):
+    """Plainly, the disagreement an agent counts: over its edges to the `higher` rows (ascending
+    ids), each coordinate's squared gaps added edge by edge; the coordinates in eight lanes (w
+    mod 8), joined ((0+1)+(2+3))+((4+5)+(6+7))."""
+    x = ext[a].ravel()
+    gaps = [0.0] * len(x)
+    for b in higher:
+        for w, (u, v) in enumerate(zip(x, ext[b].ravel())):
+            gaps[w] += (u - v) * (u - v)
+    lanes = [0.0] * 8
+    for w, gap in enumerate(gaps):
+        lanes[w % 8] += gap
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))

@@ -12,6 +12,8 @@ from nkmpi import kernels
 from nkmpi.graph import BlockOwners, Network, build_network
 from nkmpi.halo import CONTROL, HaloPlan, rank_eccentricity
 
+from conftest import agent_edge_sum
+
 
 def all_plans(network, owner):
     """Every rank's plan; owner : graph.BlockOwners or an (M,) array of ranks."""
@@ -80,13 +82,10 @@ def check_plans(network, owner):
         ext = np.where((ids >= 0)[:, None, None], centers[np.maximum(ids, 0)], np.nan)
         partials.append(kernels.edge_disagreement(ext, agents, plan.nbr_ptr, plan.nbr_idx, plan.ext_ids))
 
-    # Each edge counted once network-wide, its term computed as one chain of additions.
-    def term(a, b):
-        total = 0.0
-        for diff in (centers[a] - centers[b]).ravel():
-            total += diff * diff
-        return total
-    expected = math.fsum(term(a, b) for a, b in network.edges)
+    # Each edge counted once network-wide, by its lower end, which sums its edges as
+    # agent_edge_sum does whatever rank it is on.
+    expected = math.fsum(agent_edge_sum(centers, a, [b for b in network.neighbours(a) if b > a])
+                         for a in range(network.n_agents))
     assert math.fsum(np.concatenate(partials + [np.zeros(0)])) == expected
     return plans
 

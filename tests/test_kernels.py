@@ -11,6 +11,8 @@ from nkmpi import kernels
 from nkmpi.faults import FaultModel, link_up, takes_part
 from nkmpi.reference import nearest
 
+from conftest import agent_edge_sum
+
 
 def reference_block(points, offsets, centers):
     """Per agent, plainly: labels, sums, counts, sse."""
@@ -212,21 +214,63 @@ def test_disagreement_and_move():
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
 
 
-@pytest.mark.parametrize("n_edges", [1, 4, 7, 13])
-def test_disagreement_sums_each_edge_in_order(n_edges):
-    """Each edge's term is its squared differences added in order (the kernel works on four
-    edges at a time); the partials add the terms exactly.  Agent 0's edges to rows 1..n."""
-    rng = np.random.default_rng(n_edges)
-    ext = rng.standard_normal((n_edges + 1, 3, 4)) * 10.0 ** rng.integers(-6, 6, size=(n_edges + 1, 3, 4))
-    terms = []
-    for e in range(1, n_edges + 1):
-        term = 0.0
-        for x, y in zip(ext[0].ravel(), ext[e].ravel()):
-            term += (x - y) * (x - y)
-        terms.append(term)
-    rows = np.arange(1, n_edges + 1)
-    got = kernels.edge_disagreement(ext, np.array([0]), np.array([0, n_edges]), rows, np.arange(n_edges + 1))
-    assert math.fsum(got) == math.fsum(terms)
+def random_block_graph(rng, n_local, n_ext, degree):
+    """A block of n_local agents whose ids are scattered among ext's: (agent ids, ext ids,
+    nbr_ptr, nbr_idx), each agent's neighbours other rows of ext in ascending id."""
+    ext_ids = rng.permutation(3 * n_ext)[:n_ext]
+    rows = []
+    for a in range(n_local):
+        others = rng.choice(np.delete(np.arange(n_ext), a), size=min(degree, n_ext - 1), replace=False)
+        rows.append(others[np.argsort(ext_ids[others])])
+    nbr_ptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    return ext_ids[:n_local], ext_ids, nbr_ptr, np.concatenate(rows).astype(np.int32)
+
+
+@pytest.mark.parametrize("width", [(1, 1), (3, 4), (2, 8), (8, 8), (5, 7)])
+@pytest.mark.parametrize("degree", [0, 1, 4, 9])
+def test_disagreement_sums_each_agents_edges_so(width, degree):
+    """Each agent sums its edges to higher ids as `agent_edge_sum` says, whatever K x p (lanes
+    of eight and a part of one), on values whose sums depend on the order; the partials add
+    the agents' sums exactly."""
+    rng = np.random.default_rng(degree * 100 + width[0] * 10 + width[1])
+    n_local, n_ext = 6, 14
+    ext = rng.standard_normal((n_ext,) + width) * 10.0 ** rng.integers(-6, 6, size=(n_ext,) + width)
+    agents, ext_ids, nbr_ptr, nbr_idx = random_block_graph(rng, n_local, n_ext, degree)
+    expected = [agent_edge_sum(ext, a, [b for b in nbr_idx[nbr_ptr[a]:nbr_ptr[a + 1]] if ext_ids[b] > agents[a]])
+                for a in range(n_local)]
+    got = kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids)
+    assert math.fsum(got) == math.fsum(expected)
+
+
+@pytest.mark.parametrize("faulty", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_update_measures_the_disagreement_of_its_input(faulty, threads):
+    """The update's edge sums are those of the centers it starts from (x(t)), each agent's as
+    `agent_edge_sum` gives it, faults or not (the metric counts every edge); the new centers
+    are the update's without them; and their exact sum is `edge_disagreement`'s."""
+    rng = np.random.default_rng(11)
+    n_local, n_ext, k, p = 40, 60, 3, 5
+    ext = rng.standard_normal((n_ext, k, p))
+    agents, ext_ids, nbr_ptr, nbr_idx = random_block_graph(rng, n_local, n_ext, 7)
+    sums, counts = rng.standard_normal((n_local, k, p)), rng.integers(0, 3, size=(n_local, k))
+    faults = FaultModel(seed=2, link_failure_prob=0.3, dropout_prob=0.3) if faulty else FaultModel(seed=2)
+    problem = ext[:n_local], ext, nbr_ptr, nbr_idx, sums, counts, 4.0, 0.7
+    edge_sums = np.full(n_local, np.nan)
+    kernels.set_threads(threads)
+    try:
+        new = kernels.center_update(*problem, faults=faults, update=3, agent_ids=agents, ext_ids=ext_ids,
+                                    edge_sums=edge_sums)
+    finally:
+        kernels.set_threads(1)
+    expected = [agent_edge_sum(ext, a, [b for b in nbr_idx[nbr_ptr[a]:nbr_ptr[a + 1]] if ext_ids[b] > agents[a]])
+                for a in range(n_local)]
+    np.testing.assert_array_equal(edge_sums, expected)
+    np.testing.assert_array_equal(new, kernels.center_update(*problem, faults=faults, update=3, agent_ids=agents,
+                                                             ext_ids=ext_ids))
+    assert math.fsum(kernels.exact_partials(edge_sums)) == \
+        math.fsum(kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids))
+    with pytest.raises(ValueError, match="edge sums"):
+        kernels.center_update(*problem, edge_sums=edge_sums)
 
 
 def test_results_do_not_depend_on_threads():
