@@ -362,26 +362,36 @@ RGG_MAX_LEVEL = 11
 
 @njit(cache=True, nogil=True)
 def _rgg_scan(positions, cell_start, level, agent, limit, out):
-    """The neighbours of `agent` in the random geometric graph, written to `out` when it is
-    long enough (the first pass only counts): the agents whose squared distance, summed
-    over x then y as the k-d tree sums it, is at most `limit`, among the 3 x 3 cells of
-    side 2**-level around its own.  cell_start : the first agent of each Morton cell of
-    that level (agents are numbered along the curve).  Returns how many there are."""
+    """The neighbours of `agent` in the random geometric graph, in ascending id, written to
+    `out` when it is long enough (the first pass only counts): the agents whose squared
+    distance, summed over x then y as the k-d tree sums it, is at most `limit`, among the
+    3 x 3 cells of side 2**-level around its own.  cell_start : the first agent of each
+    Morton cell of that level (agents are numbered along the curve, so the cells, visited
+    in ascending code, list their agents in ascending id).  Returns how many there are."""
     side = 1 << level
     x, y = positions[agent, 0], positions[agent, 1]
     cx, cy = min(int(x * side), side - 1), min(int(y * side), side - 1)
-    found = 0
+    codes = np.empty(9, dtype=np.int64)
+    n_cells = 0
     for ny in range(max(cy - 1, 0), min(cy + 2, side)):
         for nx_ in range(max(cx - 1, 0), min(cx + 2, side)):
             code = 0
             for bit in range(level):
                 code |= (((nx_ >> bit) & 1) << (2 * bit)) | (((ny >> bit) & 1) << (2 * bit + 1))
-            for b in range(cell_start[code], cell_start[code + 1]):
-                dx, dy = x - positions[b, 0], y - positions[b, 1]
-                if b != agent and dx * dx + dy * dy <= limit:
-                    if found < len(out):
-                        out[found] = b
-                    found += 1
+            at = n_cells                        # insertion: the codes stay ascending
+            while at > 0 and codes[at - 1] > code:
+                codes[at] = codes[at - 1]
+                at -= 1
+            codes[at] = code
+            n_cells += 1
+    found = 0
+    for c in range(n_cells):
+        for b in range(cell_start[codes[c]], cell_start[codes[c] + 1]):
+            dx, dy = x - positions[b, 0], y - positions[b, 1]
+            if b != agent and dx * dx + dy * dy <= limit:
+                if found < len(out):
+                    out[found] = b
+                found += 1
     return found
 
 
@@ -395,9 +405,7 @@ def _rgg_rows(positions, cell_start, level, agents, radius):
         indptr[i + 1] = indptr[i] + _rgg_scan(positions, cell_start, level, agents[i], limit, nothing)
     indices = np.empty(indptr[-1], dtype=np.int64)
     for i in range(len(agents)):
-        row = indices[indptr[i]:indptr[i + 1]]
-        _rgg_scan(positions, cell_start, level, agents[i], limit, row)
-        row.sort()
+        _rgg_scan(positions, cell_start, level, agents[i], limit, indices[indptr[i]:indptr[i + 1]])
     return indptr, indices
 
 

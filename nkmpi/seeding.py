@@ -45,6 +45,8 @@ BUDGET_FACTOR = 8
 REDUCE_STEPS = 5
 #: Lloyd steps at most when refining each of the root's seedings.
 ROOT_STEPS = 100
+#: From this many centers on, a row's distances to them are measured all at once (vectorized).
+VECTOR_CENTERS = 8
 
 _SEEDING = 0x5345_4544
 _LOCAL, _MERGE, _ROOT = 0, 1, 2
@@ -91,6 +93,21 @@ def _draw(closest, weights, total, u):
 
 
 @njit(cache=True, nogil=True)
+def _distances_to(xt, point, out):
+    """out[i] = the squared distance from row i of x (column i of xt = x.T) to `point`,
+    features added in order as _sqdist adds them: one row's sum is the same number,
+    and the loop over rows vectorizes."""
+    n = xt.shape[1]
+    for i in range(n):
+        out[i] = 0.0
+    for j in range(xt.shape[0]):
+        value = point[j]
+        for i in range(n):
+            diff = xt[j, i] - value
+            out[i] += diff * diff
+
+
+@njit(cache=True, nogil=True)
 def kmeans_plusplus(x, weights, n_centers, trials, seed, agent, purpose):
     """Weighted k-means++ on rows x (n, p): up to n_centers row indices.
 
@@ -103,30 +120,32 @@ def kmeans_plusplus(x, weights, n_centers, trials, seed, agent, purpose):
     chosen = np.empty(n_centers, dtype=np.int64)
     if n == 0 or n_centers == 0:
         return chosen[:0]
+    xt = np.ascontiguousarray(x.T)
     draw = 0
     total_weight = weights.sum()
     first = _draw(np.ones(n), weights, total_weight, uniform(seed, agent, purpose, draw, _SEEDING))
     draw += 1
     chosen[0] = first
     closest = np.empty(n)
-    for i in range(n):
-        closest[i] = _sqdist(x[i], x[first])
+    _distances_to(xt, x[first], closest)
+    to_pick = np.empty(n)
     candidate_closest = np.empty(n)
     best_closest = np.empty(n)
+    potential = 0.0
+    for i in range(n):
+        potential += weights[i] * closest[i]
     found = 1
     while found < n_centers:
-        potential = 0.0
-        for i in range(n):
-            potential += weights[i] * closest[i]
         if potential <= 0:
             break
         best, best_potential = -1, np.inf
         for _ in range(trials):
             pick = _draw(closest, weights, potential, uniform(seed, agent, purpose, draw, _SEEDING))
             draw += 1
+            _distances_to(xt, x[pick], to_pick)
             candidate_potential = 0.0
             for i in range(n):
-                d = min(closest[i], _sqdist(x[i], x[pick]))
+                d = min(closest[i], to_pick[i])
                 candidate_closest[i] = d
                 candidate_potential += weights[i] * d
             if candidate_potential < best_potential:
@@ -135,38 +154,65 @@ def kmeans_plusplus(x, weights, n_centers, trials, seed, agent, purpose):
         chosen[found] = best
         found += 1
         closest[:] = best_closest
+        # The sum of weight x closest, added in the same order as it was for the winner.
+        potential = best_potential
     return chosen[:found]
 
 
 @njit(cache=True, nogil=True)
 def weighted_lloyd(x, weights, centers, max_steps):
     """Weighted Lloyd from `centers` (modified in place) for at most max_steps steps,
-    stopping once no label changes.  Returns (labels, group weights, cost)."""
+    stopping once no label changes.  Returns (labels, group weights, cost).
+
+    A row's distances to many centers are measured all at once from the centers'
+    transpose (the loop over centers vectorizes), to a few one by one; either way
+    each is _sqdist's number."""
     n, k = x.shape[0], centers.shape[0]
+    p = x.shape[1]
     labels = np.full(n, -1, dtype=np.int64)
     mass = np.zeros(k)
     sums = np.zeros(centers.shape)
+    at_once = k >= VECTOR_CENTERS
+    distances = np.empty(k if at_once else 0)
+    centers_t = np.empty((p, k if at_once else 0))
     for _ in range(max_steps):
         changed = 0
         mass[:] = 0
         sums[:] = 0
+        if at_once:
+            for j in range(p):
+                for c in range(k):
+                    centers_t[j, c] = centers[c, j]
         for i in range(n):
-            best, best_d = 0, _sqdist(x[i], centers[0])
-            for c in range(1, k):
-                d = _sqdist(x[i], centers[c])
-                if d < best_d:
-                    best, best_d = c, d
+            if at_once:             # _distances_to(centers_t, x[i], distances), written out (faster)
+                for c in range(k):
+                    distances[c] = 0.0
+                for j in range(p):
+                    value = x[i, j]
+                    for c in range(k):
+                        diff = centers_t[j, c] - value
+                        distances[c] += diff * diff
+                best, best_d = 0, distances[0]
+                for c in range(1, k):
+                    if distances[c] < best_d:
+                        best, best_d = c, distances[c]
+            else:
+                best, best_d = 0, _sqdist(x[i], centers[0])
+                for c in range(1, k):
+                    d = _sqdist(x[i], centers[c])
+                    if d < best_d:
+                        best, best_d = c, d
             if labels[i] != best:
                 changed += 1
                 labels[i] = best
             mass[best] += weights[i]
-            for j in range(x.shape[1]):     # element by element: no array made per row
+            for j in range(p):     # element by element: no array made per row
                 sums[best, j] += weights[i] * x[i, j]
         if changed == 0:
             break
         for c in range(k):
             if mass[c] > 0:
-                for j in range(x.shape[1]):
+                for j in range(p):
                     centers[c, j] = sums[c, j] / mass[c]
     cost = 0.0
     for i in range(n):

@@ -58,20 +58,6 @@ class LocalTree:
     child_rank: np.ndarray
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _offer(v, offer, row, depth, best, best_row, reached, n):
-    """Offer block agent v a parent of place `offer` at `ext` row `row`; returns the count of
-    agents listed in `reached` (v is listed at its first offer)."""
-    if depth[v] >= 0:
-        return n
-    if best[v] == np.inf:
-        reached[n] = v
-        n += 1
-    if offer < best[v]:
-        best[v], best_row[v] = offer, row
-    return n
-
-
 @njit(cache=True, nogil=True)
 def _reached(frontier, ghosts, place, nbr_ptr, nbr_idx, ghost_ptr, ghost_idx, depth, best, best_row, reached):
     """Step 2 of a level: the last level's agents here (`frontier`, block indices) and among
@@ -80,13 +66,24 @@ def _reached(frontier, ghosts, place, nbr_ptr, nbr_idx, ghost_ptr, ghost_idx, de
     reached; each keeps the smallest offer (best, and its row in best_row).  Returns how
     many agents were reached, listed in `reached` in the order first offered."""
     n_local, n = len(depth), 0
-    for f in frontier:
-        for e in range(nbr_ptr[f], nbr_ptr[f + 1]):
-            if nbr_idx[e] < n_local:
-                n = _offer(nbr_idx[e], place[f], f, depth, best, best_row, reached, n)
-    for g in ghosts:
-        for i in range(ghost_ptr[g], ghost_ptr[g + 1]):
-            n = _offer(ghost_idx[i], place[n_local + g], n_local + g, depth, best, best_row, reached, n)
+    for s in range(len(frontier) + len(ghosts)):
+        if s < len(frontier):                   # a block agent: its row of the graph
+            row = frontier[s]
+            targets, first, stop = nbr_idx, nbr_ptr[row], nbr_ptr[row + 1]
+        else:                                   # a ghost: the block agents it neighbours
+            ghost = ghosts[s - len(frontier)]
+            row = n_local + ghost
+            targets, first, stop = ghost_idx, ghost_ptr[ghost], ghost_ptr[ghost + 1]
+        offer = place[row]
+        for e in range(first, stop):
+            v = targets[e]
+            if v >= n_local or depth[v] >= 0:
+                continue
+            if best[v] == np.inf:               # listed at its first offer
+                reached[n] = v
+                n += 1
+            if offer < best[v]:
+                best[v], best_row[v] = offer, row
     return n
 
 
@@ -147,6 +144,7 @@ def local_spanning_tree(comm: MPI.Comm, plan: HaloPlan, root: int = ROOT) -> Loc
     halo = np.flatnonzero(plan.nbr_idx >= n_local)
     ghost_of = plan.nbr_idx[halo] - n_local
     ghost_idx = (np.searchsorted(plan.nbr_ptr, halo, side="right") - 1)[np.argsort(ghost_of, kind="stable")]
+    ghost_idx = ghost_idx.astype(plan.nbr_idx.dtype)        # block indices, listed as nbr_idx lists rows
     ghost_ptr = np.zeros(len(plan.recv_ids) + 1, dtype=np.int64)
     np.cumsum(np.bincount(ghost_of, minlength=len(plan.recv_ids)), out=ghost_ptr[1:])
 

@@ -13,6 +13,7 @@ from sklearn.cluster import KMeans
 from conftest import run_mpi, run_script
 from nkmpi import seeding
 from nkmpi.errors import InputError
+from nkmpi.faults import uniform
 from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network, spanning_tree
@@ -43,6 +44,96 @@ def test_an_agent_sends_only_means_of_large_enough_groups(n_rows, n_features, n_
     # unless that row occurs at least MIN_GROUP times.
     assert (summary[:, :-1] >= rows.min(axis=0) - 1e-9).all()
     assert (summary[:, :-1] <= rows.max(axis=0) + 1e-9).all()
+
+
+def feature_by_feature(row, center):
+    """The squared distance the seeding defines: features added in order, in float64."""
+    total = 0.0
+    for a, b in zip(row, center):
+        total += (a - b) * (a - b)
+    return total
+
+
+def plain_lloyd(x, weights, centers, max_steps):
+    """seeding.weighted_lloyd written plainly in Python, one distance at a time."""
+    labels = np.full(len(x), -1)
+    for _ in range(max_steps):
+        mass, sums, changed = np.zeros(len(centers)), np.zeros(centers.shape), 0
+        for i, row in enumerate(x):
+            distances = [feature_by_feature(row, center) for center in centers]
+            best = distances.index(min(distances))          # the lowest index on a tie
+            changed += labels[i] != best
+            labels[i] = best
+            mass[best] += weights[i]
+            for j in range(x.shape[1]):
+                sums[best, j] += weights[i] * x[i, j]
+        if changed == 0:
+            break
+        for c in np.flatnonzero(mass > 0):
+            for j in range(x.shape[1]):
+                centers[c, j] = sums[c, j] / mass[c]
+    cost = 0.0
+    for i, row in enumerate(x):
+        cost += weights[i] * feature_by_feature(row, centers[labels[i]])
+    return labels, mass, cost
+
+
+def plain_kmeans_plusplus(x, weights, n_centers, trials, seed, agent, purpose):
+    """seeding.kmeans_plusplus written plainly in Python (its draws from faults.uniform)."""
+    def draw(closest, total, number):
+        target, running, last = uniform(seed, agent, purpose, number, seeding._SEEDING) * total, 0.0, -1
+        for i, mass in enumerate(weights * closest):
+            if mass > 0:
+                last, running = i, running + mass
+                if running > target:
+                    return i
+        return last
+
+    first = draw(np.ones(len(x)), weights.sum(), 0)
+    chosen, number = [first], 1
+    closest = np.array([feature_by_feature(row, x[first]) for row in x])
+    while len(chosen) < n_centers:
+        potential = 0.0
+        for i in range(len(x)):
+            potential += weights[i] * closest[i]
+        if potential <= 0:
+            break
+        best, best_potential, best_closest = -1, np.inf, None
+        for _ in range(trials):
+            pick = draw(closest, potential, number)
+            number += 1
+            candidate = np.array([min(closest[i], feature_by_feature(row, x[pick])) for i, row in enumerate(x)])
+            candidate_potential = 0.0
+            for i in range(len(x)):
+                candidate_potential += weights[i] * candidate[i]
+            if candidate_potential < best_potential:
+                best, best_potential, best_closest = pick, candidate_potential, candidate
+        chosen.append(best)
+        closest = best_closest
+    return np.array(chosen)
+
+
+@pytest.mark.parametrize("n_centers", [3, seeding.VECTOR_CENTERS - 1, seeding.VECTOR_CENTERS, 21])
+def test_seeding_kernels_measure_every_distance_feature_by_feature(n_centers):
+    """Whether a row's distances are measured one center at a time or all at once (from
+    VECTOR_CENTERS on), k-means++ and Lloyd make the plain loops' choices bit for bit,
+    ties included: repeated rows, so that some centers coincide and rows are equidistant."""
+    rng = np.random.default_rng(n_centers)
+    x = np.round(rng.standard_normal((90, 5)) * 4) / 4 + 1e6 * (rng.random(5) < 0.4)
+    x = x[rng.integers(45, size=90)]
+    weights = rng.integers(1, 4, 90).astype(float)
+    for trials in (1, 3):
+        chosen = seeding.kmeans_plusplus(x, weights, n_centers, trials, 7, 2, 1)
+        np.testing.assert_array_equal(chosen, plain_kmeans_plusplus(x, weights, n_centers, trials, 7, 2, 1))
+    centers = x[chosen].copy()
+    centers[-1] = centers[0]                        # a duplicate center: its rows go to the lower index
+    mine, plain = centers.copy(), centers.copy()
+    labels, mass, cost = seeding.weighted_lloyd(x, weights, mine, 5)
+    plain_labels, plain_mass, plain_cost = plain_lloyd(x, weights, plain, 5)
+    np.testing.assert_array_equal(labels, plain_labels)
+    np.testing.assert_array_equal(mass, plain_mass)
+    np.testing.assert_array_equal(mine, plain)
+    assert cost == plain_cost
 
 
 @pytest.mark.mpi
