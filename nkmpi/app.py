@@ -270,7 +270,15 @@ def points_share(points, weights, offsets, agents) -> int:
     """This block's share of the points' fingerprint, which covers their weights too."""
     share = checkpoint_format.block_fingerprint(points, offsets, agents)
     if weights is not None:
-        share += checkpoint_format.block_fingerprint(weights[:, None], offsets, agents)
+        share += checkpoint_format.block_fingerprint(weights[:, None], offsets, agents, checkpoint_format.WEIGHTS_SALT)
+    return share
+
+
+def earlier_points_share(points, weights, offsets, agents) -> int:
+    """`points_share` of the earlier kind (checkpoint.earlier_block_fingerprint)."""
+    share = checkpoint_format.earlier_block_fingerprint(points, offsets, agents)
+    if weights is not None:
+        share += checkpoint_format.earlier_block_fingerprint(weights[:, None], offsets, agents)
     return share
 
 
@@ -295,11 +303,15 @@ def run_graph(comm, options, info, shard):
     return graph, whole_network
 
 
-def check_same_data(path, saved, attrs, whole_network):
+def check_same_data(path, saved, attrs, whole_network, earlier_points):
     """Refuse a checkpoint of other points, offsets or edges, even of the same shapes.  A
-    checkpoint's graph fingerprint of the earlier kind is checked on the whole graph
-    (`whole_network()` builds it; only then)."""
+    checkpoint's fingerprints of the earlier kinds are checked where the offsets match:
+    the points' against `earlier_points()`, then, where only the graph's still differs,
+    the graph's on the whole graph (`whole_network()` builds it; only then)."""
     differ = [key for key in checkpoint_format.FINGERPRINTS if saved.get(key) != attrs[key]]
+    if checkpoint_format.POINTS_FINGERPRINT in differ and checkpoint_format.OFFSETS_FINGERPRINT not in differ:
+        if saved[checkpoint_format.POINTS_FINGERPRINT] == earlier_points():
+            differ.remove(checkpoint_format.POINTS_FINGERPRINT)
     if differ == [checkpoint_format.GRAPH_FINGERPRINT]:
         network = whole_network()
         if saved[differ[0]] == checkpoint_format.earlier_graph_fingerprint(network.indptr, network.indices):
@@ -407,7 +419,11 @@ class _Run:
                                                                graph.fingerprint_share())))
             attrs.update(checkpoint_format.combine_fingerprints(point_shares, info.offsets, graph_shares))
         if resume:
-            agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network)
+            def earlier_points():           # collective: every rank reaches it alike
+                return checkpoint_format.added_shares(
+                    comm.allgather(earlier_points_share(points, weights, offsets, agents)))
+
+            agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network, earlier_points)
         if weights is not None and comm.allreduce(float(weights.sum())) == 0:
             raise InputError("every row has weight 0: nothing to cluster", collective=True)
         samples = comm.allgather(distinct_rows(weighed_rows(points, weights), options.n_clusters))

@@ -180,7 +180,7 @@ class LocalGraph:
 
 
 @njit(inline='always', cache=True, nogil=True)
-def _mix64(z):
+def mix64(z):
     """SplitMix64's finalizer on a uint64 (wrapping arithmetic): a well-spread 64-bit hash."""
     z = z + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -195,9 +195,9 @@ def _fingerprint_share(agents, indptr, indices):
     the five numpy made, on a machine whose fresh memory costs 2 s a gigabyte."""
     total = np.uint64(0)
     for i in range(len(agents)):
-        source = _mix64(np.uint64(agents[i]))
+        source = mix64(np.uint64(agents[i]))
         for e in range(indptr[i], indptr[i + 1]):
-            total += _mix64(source ^ np.uint64(indices[e]))
+            total += mix64(source ^ np.uint64(indices[e]))
     return total
 
 

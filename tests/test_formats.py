@@ -232,6 +232,15 @@ def test_fingerprint_shares_add_up_alike_on_any_split():
     moved = checkpoint.block_fingerprint(rows, np.array([0, 4, 4, 7, 10]), range(4))
     assert checkpoint.combine_fingerprints([moved], OFFSETS, graph_whole)["fingerprint_points"] != \
         whole["fingerprint_points"]
+    for row, column in ((0, 0), (9, 1)):           # one value one ulp off: another fingerprint
+        nudged = rows.copy()
+        nudged[row, column] = np.nextafter(nudged[row, column], np.inf)
+        assert checkpoint.block_fingerprint(nudged, OFFSETS, range(4)) != checkpoint.block_fingerprint(
+            rows, OFFSETS, range(4))
+    single = rows.astype(np.float32)
+    shares = [checkpoint.block_fingerprint(single[OFFSETS[a]:OFFSETS[b]], OFFSETS[a:b + 1] - OFFSETS[a], range(a, b))
+              for a, b in splits]
+    assert sum(shares) % 2**64 == checkpoint.block_fingerprint(single, OFFSETS, range(4))
     path = build_network("path", 4).rows(np.arange(4)).fingerprint_share()
     assert checkpoint.combine_fingerprints([0], OFFSETS, [path])["fingerprint_graph"] != \
         whole["fingerprint_graph"]
