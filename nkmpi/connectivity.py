@@ -26,25 +26,37 @@ from .graph import LocalGraph, first_one_sided_inside, first_unlisted
 
 
 @njit(cache=True, nogil=True)
+def _join(root, a, b):
+    """Union-find: join the pieces of a and b under the lower of their roots (halving paths)."""
+    while root[a] != a:
+        root[a] = root[root[a]]
+        a = root[a]
+    while root[b] != b:
+        root[b] = root[root[b]]
+        b = root[b]
+    if a < b:
+        root[b] = a
+    elif b < a:
+        root[a] = b
+
+
+@njit(cache=True, nogil=True)
+def _flatten(root):
+    """Each index's root, the lowest index of its piece (roots are lower than their
+    children: one sweep)."""
+    for i in range(len(root)):
+        root[i] = root[root[i]]
+    return root
+
+
+@njit(cache=True, nogil=True)
 def _pieces(n, ends_a, ends_b):
     """Union-find over 0..n-1 joined along the edges (ends_a[e], ends_b[e]): each index's
     root, the lowest index of its piece."""
     root = np.arange(n)
     for e in range(len(ends_a)):
-        a, b = ends_a[e], ends_b[e]
-        while root[a] != a:
-            root[a] = root[root[a]]
-            a = root[a]
-        while root[b] != b:
-            root[b] = root[root[b]]
-            b = root[b]
-        if a < b:
-            root[b] = a
-        elif b < a:
-            root[a] = b
-    for i in range(n):                      # roots are lower than their children: one sweep
-        root[i] = root[root[i]]
-    return root
+        _join(root, ends_a[e], ends_b[e])
+    return _flatten(root)
 
 
 @njit(cache=True, nogil=True)
@@ -52,18 +64,18 @@ def _block_pieces(agents, indptr, indices):
     """The block's agents joined along the edges inside the block, read from its CSR rows
     in place: (each agent's root, the block index of its piece's lowest agent; the block
     index and the neighbour id of each entry that leaves the block).  No array of the
-    entries' number is made, as a vectorized form needs six (each a first touch of fresh
-    memory: 1.2 s for a rank of bench target 6)."""
+    entries' number is made (each would be a first touch of fresh memory, 2 s a gigabyte
+    on some virtual machines): a first sweep joins the pieces and counts the entries that
+    leave, a second lists them."""
     n = len(agents)
     contiguous = n > 0 and agents[n - 1] - agents[0] + 1 == n
-    ends_a, ends_b = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    root = np.arange(n)
     out_source, out_target = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    n_inside, n_out = 0, 0
-    for sweep in range(2):                  # count the edges inside, then list both kinds
+    n_out = 0
+    for sweep in range(2):
         if sweep:
-            ends_a, ends_b = np.empty(n_inside, dtype=np.int64), np.empty(n_inside, dtype=np.int64)
             out_source, out_target = np.empty(n_out, dtype=np.int64), np.empty(n_out, dtype=np.int64)
-            n_inside, n_out = 0, 0
+            n_out = 0
         for i in range(n):
             for e in range(indptr[i], indptr[i + 1]):
                 target = indices[e]
@@ -73,15 +85,13 @@ def _block_pieces(agents, indptr, indices):
                 else:
                     j = np.searchsorted(agents, target)
                     inside = j < n and agents[min(j, n - 1)] == target
-                if inside:
-                    if sweep:
-                        ends_a[n_inside], ends_b[n_inside] = i, j
-                    n_inside += 1
-                else:
+                if not inside:
                     if sweep:
                         out_source[n_out], out_target[n_out] = i, target
                     n_out += 1
-    return _pieces(n, ends_a, ends_b), out_source, out_target
+                elif not sweep and j > i:       # each edge inside once
+                    _join(root, i, j)
+    return _flatten(root), out_source, out_target
 
 
 def _counts_displs(counts):
