@@ -17,7 +17,6 @@ import os
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
-
 from numba import njit
 
 from ..errors import InputError
