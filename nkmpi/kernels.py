@@ -444,14 +444,18 @@ def exact_partials(values: np.ndarray) -> np.ndarray:
 
 @njit(**_JIT)
 def _coordinate_partials(centers, first, out):
+    """Agent by agent, each coordinate's value added to that coordinate's partials: the
+    same additions in the same order as one coordinate at a time, with the centers read
+    once, row by row (a coordinate at a time read them once per coordinate)."""
     flat = centers.reshape(centers.shape[0], centers.shape[1] * centers.shape[2])
-    for c in range(out.shape[0]):
-        partials = out[c, 1:]
-        n = 0
-        for a in range(flat.shape[0]):
-            n = _add_exact(partials, n, flat[a, first + c])
-        out[c, 0] = n
-        out[c, 1 + n:] = 0.0
+    n_coordinates = out.shape[0]
+    counts = np.zeros(n_coordinates, dtype=np.int64)
+    for a in range(flat.shape[0]):
+        for c in range(n_coordinates):
+            counts[c] = _add_exact(out[c, 1:], counts[c], flat[a, first + c])
+    for c in range(n_coordinates):
+        out[c, 0] = counts[c]
+        out[c, 1 + counts[c]:] = 0.0
 
 
 def coordinate_partials(centers: np.ndarray, first: int = 0, stop: int | None = None) -> np.ndarray:
