@@ -166,7 +166,7 @@ def weighted_lloyd(x, weights, centers, max_steps):
 
     A row's distances to many centers are measured all at once from the centers'
     transpose (the loop over centers vectorizes), to a few one by one; either way
-    each is _sqdist's number."""
+    each is _sqdist's number (c - x squares to the same as x - c)."""
     n, k = x.shape[0], centers.shape[0]
     p = x.shape[1]
     labels = np.full(n, -1, dtype=np.int64)
