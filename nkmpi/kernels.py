@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
+from .row_sums import LANES, VECTORS, add_row_vectors, add_squared_gaps, store_row, stream_fence
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -135,11 +136,21 @@ def _assign_parallel(points, weights, offsets, centers, labels, sums, counts, ss
                 r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
+#: Bytes on whose boundary `written_zeros` starts its arrays: a vector register's, so that
+#: rows of whole vectors can be streamed (row_sums.store_row).
+ALIGNMENT = 64
+
+
 def written_zeros(shape, dtype=np.float64) -> np.ndarray:
     """Zeros whose memory is written now, not on first use as np.zeros' is: a run allocates
     its loop's state at set-up, and its first iteration should not pay the page faults (a
-    second or more per gigabyte on some virtual machines)."""
-    array = np.empty(shape, dtype=dtype)
+    second or more per gigabyte on some virtual machines).  They start on an ALIGNMENT
+    boundary."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    memory = np.empty(size + ALIGNMENT, dtype=np.uint8)
+    start = -memory.ctypes.data % ALIGNMENT
+    array = memory[start:start + size].view(dtype).reshape(shape)
     array.fill(0)
     return array
 
@@ -172,19 +183,27 @@ def assign_and_accumulate(points: np.ndarray, offsets: np.ndarray, centers: np.n
 
 @njit(inline='always', **_JIT)
 def _add_neighbours(total, rows, nbr_idx, first, stop):
-    """total += rows[nbr_idx[e]] for e in first..stop-1, in that order.  Four neighbours at
-    a time: the same additions in the same order, with one load and store of the running
-    total per four rows instead of per row."""
+    """total += rows[nbr_idx[e]] for e in first..stop-1, in that order.  Whole vectors of
+    columns are summed in registers (row_sums); the last width % LANES columns four rows
+    at a time, with one load and store of their running total per four rows.  Either way
+    each column gets the same additions in the same order."""
     width = total.shape[0]
+    column = 0
+    while width - column >= LANES:
+        n_vectors = min((width - column) // LANES, VECTORS)
+        add_row_vectors(total, rows, nbr_idx, first, stop, column, n_vectors)
+        column += n_vectors * LANES
+    if column == width:
+        return
     e = first
     while e + 4 <= stop:
         r0, r1, r2, r3 = rows[nbr_idx[e]], rows[nbr_idx[e + 1]], rows[nbr_idx[e + 2]], rows[nbr_idx[e + 3]]
-        for w in range(width):
+        for w in range(column, width):
             total[w] = (((total[w] + r0[w]) + r1[w]) + r2[w]) + r3[w]
         e += 4
     while e < stop:
         row = rows[nbr_idx[e]]
-        for w in range(width):
+        for w in range(column, width):
             total[w] += row[w]
         e += 1
 
@@ -245,7 +264,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
     flat_ext = ext.reshape(ext.shape[0], width)
     flat_centers, flat_sums = centers.reshape(len(centers), width), sums.reshape(len(sums), width)
     flat_out = out.reshape(len(out), width)
-    total = np.empty(width)
+    total, o = np.empty(width), np.empty(width)      # o: the agent's new centers, then streamed to out
     faulty = enabled(fault_params)
     tracking = moved.shape[0] > 0
     measuring = edge_sums.shape[0] > 0
@@ -267,7 +286,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
         else:
             degree = nbr_ptr[a + 1] - nbr_ptr[a]
             _add_neighbours(total, flat_ext, nbr_idx, nbr_ptr[a], nbr_ptr[a + 1])
-        x, s, o = flat_centers[a], flat_sums[a], flat_out[a]
+        x, s = flat_centers[a], flat_sums[a]
         for k in range(n_clusters):
             weight = (counts[a, k] if scaled else counts[a, k] / rho) + degree
             base = k * n_features
@@ -286,6 +305,8 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
                     o[w] = x[w] - alpha * (x[w] - mu)
         if tracking:
             _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta)
+        store_row(flat_out, a, o)
+    stream_fence()
 
 
 @njit(parallel=True, **_JIT)
@@ -486,7 +507,7 @@ def _up_edge_sum(rows, a, own, nbr_ptr, nbr_idx, ext_ids, gaps):
     `rows` flat K x p (a is row a; its neighbours rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]],
     ascending in id, so those edges are the row's tail); 0.0 when a has none.  Each
     coordinate's squared gaps add up over the edges in ascending b (`gaps`: `_gap_scratch`,
-    a vectorized loop like the update's), then the coordinates in eight lanes joined as a
+    `_add_squared_gaps`), then the coordinates in eight lanes joined as a
     tree: the same wherever a is placed."""
     stop = nbr_ptr[a + 1]
     first = stop
@@ -494,20 +515,33 @@ def _up_edge_sum(rows, a, own, nbr_ptr, nbr_idx, ext_ids, gaps):
         first -= 1
     if first == stop:
         return 0.0
-    width = rows.shape[1]
-    x = rows[a]
-    for w in range(width):
+    for w in range(gaps.shape[0]):
         gaps[w] = 0.0
-    for e in range(first, stop):
-        y = rows[nbr_idx[e]]
-        for w in range(width):
-            d = x[w] - y[w]
-            gaps[w] += d * d
+    _add_squared_gaps(gaps, rows, a, nbr_idx, first, stop)
     l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = 0.0
     for w in range(0, gaps.shape[0], 8):    # the padding past K x p stays 0.0
         l0, l1, l2, l3 = l0 + gaps[w], l1 + gaps[w + 1], l2 + gaps[w + 2], l3 + gaps[w + 3]
         l4, l5, l6, l7 = l4 + gaps[w + 4], l5 + gaps[w + 5], l6 + gaps[w + 6], l7 + gaps[w + 7]
     return ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+
+
+@njit(inline='always', **_JIT)
+def _add_squared_gaps(gaps, rows, anchor, nbr_idx, first, stop):
+    """gaps[w] += (rows[anchor, w] - rows[nbr_idx[e], w])**2 for e in first..stop-1, in
+    that order, the square rounded before it is added: whole vectors of columns in
+    registers (row_sums), like `_add_neighbours`, then the last width % LANES columns."""
+    width = rows.shape[1]
+    column = 0
+    while width - column >= LANES:
+        n_vectors = min((width - column) // LANES, VECTORS)
+        add_squared_gaps(gaps, rows, nbr_idx, first, stop, column, n_vectors, anchor)
+        column += n_vectors * LANES
+    x = rows[anchor]
+    for e in range(first, stop):
+        y = rows[nbr_idx[e]]
+        for w in range(column, width):
+            d = x[w] - y[w]
+            gaps[w] += d * d
 
 
 @njit(inline='always', **_JIT)

@@ -110,19 +110,31 @@ def test_center_update_against_the_equations():
     np.testing.assert_array_equal(new, expected_update(*problem, 4.0, 0.7))
 
 
-@pytest.mark.parametrize("degree", range(10))
-def test_center_update_adds_neighbours_in_order(degree):
-    """Any degree (the kernel adds four neighbours at a time, then the rest): the same bits
-    as adding them one by one in ascending order, on values whose sums depend on the order."""
+@pytest.mark.parametrize("degree", [0, 1, 2, 3, 4, 5, 7, 8, 9, 29])
+@pytest.mark.parametrize("width", [(2, 5), (1, 3), (8, 8), (9, 9), (17, 31)])
+@pytest.mark.parametrize("index_dtype, aligned", [(np.int32, True), (np.int64, True), (np.int64, False)])
+def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, aligned):
+    """Any degree and K x p (whole vectors of eight columns summed in registers, up to 64
+    columns a pass, the rest four neighbours at a time): the same bits as adding the
+    neighbours one by one in ascending order, on values whose sums depend on the order;
+    into an aligned `out` (rows of whole vectors streamed) or one that is not."""
     rng = np.random.default_rng(degree)
-    n_local, n_ext, k, p = 3, 3 + 12, 2, 5
+    (k, p), n_local = width, 3
+    n_ext = n_local + max(12, degree + 1)
     ext = rng.standard_normal((n_ext, k, p)) * 10.0 ** rng.integers(-8, 8, size=(n_ext, k, p))
-    nbr_idx = np.concatenate([np.sort(rng.choice(np.arange(n_ext), degree, replace=False)) for _ in range(n_local)])
+    nbr_idx = np.concatenate([np.sort(rng.choice(np.arange(n_ext), degree, replace=False))
+                              for _ in range(n_local)]).astype(index_dtype)
     nbr_ptr = np.arange(n_local + 1) * degree
     sums = rng.standard_normal((n_local, k, p))
     counts = rng.integers(0, 3, size=(n_local, k))
     problem = ext[:n_local].copy(), ext, nbr_ptr, nbr_idx, sums, counts
-    np.testing.assert_array_equal(kernels.center_update(*problem, 3.0, 0.6), expected_update(*problem, 3.0, 0.6))
+    out = kernels.written_zeros((n_local, k, p))
+    if aligned:
+        assert out.ctypes.data % kernels.ALIGNMENT == 0
+    else:                           # one number past an aligned start
+        out = kernels.written_zeros(n_local * k * p + 1)[1:].reshape(n_local, k, p)
+    kernels.center_update(*problem, 3.0, 0.6, out=out)
+    np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
 
 
 def test_center_update_with_faults_against_the_draws():
@@ -226,14 +238,14 @@ def random_block_graph(rng, n_local, n_ext, degree):
     return ext_ids[:n_local], ext_ids, nbr_ptr, np.concatenate(rows).astype(np.int32)
 
 
-@pytest.mark.parametrize("width", [(1, 1), (3, 4), (2, 8), (8, 8), (5, 7)])
-@pytest.mark.parametrize("degree", [0, 1, 4, 9])
+@pytest.mark.parametrize("width", [(1, 1), (3, 4), (2, 8), (8, 8), (5, 7), (9, 9), (17, 31)])
+@pytest.mark.parametrize("degree", [0, 1, 4, 9, 29])
 def test_disagreement_sums_each_agents_edges_so(width, degree):
     """Each agent sums its edges to higher ids as `agent_edge_sum` says, whatever K x p (lanes
     of eight and a part of one), on values whose sums depend on the order; the partials add
     the agents' sums exactly."""
     rng = np.random.default_rng(degree * 100 + width[0] * 10 + width[1])
-    n_local, n_ext = 6, 14
+    n_local, n_ext = 6, max(14, degree + 2)
     ext = rng.standard_normal((n_ext,) + width) * 10.0 ** rng.integers(-6, 6, size=(n_ext,) + width)
     agents, ext_ids, nbr_ptr, nbr_idx = random_block_graph(rng, n_local, n_ext, degree)
     expected = [agent_edge_sum(ext, a, [b for b in nbr_idx[nbr_ptr[a]:nbr_ptr[a + 1]] if ext_ids[b] > agents[a]])

@@ -1,0 +1,178 @@
+"""Sums over gathered float64 rows, held in vector registers (numba intrinsics, no MPI).
+
+The center update adds each agent's neighbours' K x p centers: for a sensor network
+about 28 rows of 64 numbers an agent, the bulk of an iteration; at a monitoring point
+it also adds up the squared gaps to the neighbours of higher id.  Written as a loop
+over the columns for each row, numba keeps the running sums in memory: every row pays
+a load and a store of them and a check that they do not overlap the rows.  Here up to
+VECTORS vectors of LANES columns stay in registers while every row is added, so a row
+costs one vector add (or subtract, multiply and add) per LANES columns.
+
+Each column's operations are the same, in the same order, as the scalar loop's: the
+lanes of a vector operation are independent IEEE operations, and with no fastmath flag
+LLVM neither reassociates them nor fuses a multiply into an add.  So the sums are bit
+for bit those of the serial reference.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: float64 numbers in one vector (a 512-bit register; LLVM splits it on narrower ones).
+LANES = 8
+#: Vectors held at once: a tile of up to VECTORS * LANES columns per pass over the rows.
+VECTORS = 8
+
+
+def _is_float64_array(ty, ndim):
+    return isinstance(ty, types.Array) and ty.dtype == types.float64 and ty.ndim == ndim and ty.layout == "C"
+
+
+def _row_loop(gap_to_anchor):
+    """The codegen of add_row_vectors (gap_to_anchor False: each row is added) or of
+    add_squared_gaps (True: each row's squared difference from the anchor row is)."""
+
+    def codegen(context, builder, sig, args):
+        total_arg, rows_arg, index_arg, first_arg, stop_arg, column_arg, n_vectors_arg = args[:7]
+        i64 = ir.IntType(64)
+        vector = ir.VectorType(ir.DoubleType(), LANES)
+        vector_ptr = vector.as_pointer()
+        vector_bytes = ir.Constant(i64, 8 * LANES)
+
+        def as_i64(value, ty):
+            if value.type.width == 64:
+                return value
+            return builder.sext(value, i64) if ty.signed else builder.zext(value, i64)
+
+        total_array = context.make_array(sig.args[0])(context, builder, total_arg)
+        rows_array = context.make_array(sig.args[1])(context, builder, rows_arg)
+        index_array = context.make_array(sig.args[2])(context, builder, index_arg)
+        first, stop = as_i64(first_arg, sig.args[3]), as_i64(stop_arg, sig.args[4])
+        column_bytes = builder.mul(as_i64(column_arg, sig.args[5]), ir.Constant(i64, 8))
+        n_vectors = as_i64(n_vectors_arg, sig.args[6])
+        row_bytes = builder.extract_value(rows_array.strides, 0)
+        rows_start = builder.add(builder.ptrtoint(rows_array.data, i64), column_bytes)
+        total_start = builder.add(builder.ptrtoint(total_array.data, i64), column_bytes)
+        if gap_to_anchor:
+            anchor_start = builder.add(rows_start, builder.mul(as_i64(args[7], sig.args[7]), row_bytes))
+
+        def vector_at(start, v):
+            return builder.inttoptr(builder.add(start, builder.mul(vector_bytes, ir.Constant(i64, v))), vector_ptr)
+
+        # One loop per count of vectors, so that the running sums are values LLVM keeps in
+        # registers (its mem2reg promotes the slots below), not memory indexed at run time.
+        done = builder.append_basic_block("row_vectors.done")
+        switch = builder.switch(n_vectors, done)
+        for count in range(1, VECTORS + 1):
+            case = builder.append_basic_block(f"row_vectors.{count}")
+            switch.add_case(ir.Constant(i64, count), case)
+            builder.position_at_end(case)
+            sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
+            for v, slot in enumerate(sums):
+                builder.store(builder.load(vector_at(total_start, v), align=8), slot)
+            if gap_to_anchor:
+                anchor = [builder.load(vector_at(anchor_start, v), align=8) for v in range(count)]
+            with cgutils.for_range_slice(builder, first, stop, ir.Constant(i64, 1), inc=True) as (e, _):
+                row = builder.load(builder.gep(index_array.data, [e]))
+                row_start = builder.add(rows_start, builder.mul(as_i64(row, sig.args[2].dtype), row_bytes))
+                for v, slot in enumerate(sums):
+                    term = builder.load(vector_at(row_start, v), align=8)
+                    if gap_to_anchor:
+                        gap = builder.fsub(anchor[v], term)
+                        term = builder.fmul(gap, gap)
+                    builder.store(builder.fadd(builder.load(slot), term), slot)
+            for v, slot in enumerate(sums):
+                builder.store(builder.load(slot), vector_at(total_start, v), align=8)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _typed(total, rows, index, scalars):
+    return (_is_float64_array(total, 1) and _is_float64_array(rows, 2) and isinstance(index, types.Array)
+            and index.ndim == 1 and isinstance(index.dtype, types.Integer)
+            and all(isinstance(t, types.Integer) for t in scalars))
+
+
+@intrinsic
+def add_row_vectors(typingctx, total, rows, index, first, stop, column, n_vectors):
+    """total[c] += rows[index[e], c] for e in first..stop-1, in that order, for the
+    n_vectors * LANES columns c from `column` (1 <= n_vectors <= VECTORS).
+    total : (width,) float64, C order; rows : (n, width) float64, C order; index :
+    1-D integer array.  Nothing is checked at run time: the caller keeps the columns
+    inside the width and the indices inside rows."""
+    if not _typed(total, rows, index, (first, stop, column, n_vectors)):
+        return None
+    return types.void(total, rows, index, first, stop, column, n_vectors), _row_loop(False)
+
+
+@intrinsic
+def add_squared_gaps(typingctx, total, rows, index, first, stop, column, n_vectors, anchor):
+    """total[c] += (rows[anchor, c] - rows[index[e], c])**2 for e in first..stop-1, in
+    that order, for the same columns as add_row_vectors (the square rounded, then the
+    sum: no fused multiply-add)."""
+    if not _typed(total, rows, index, (first, stop, column, n_vectors, anchor)):
+        return None
+    return types.void(total, rows, index, first, stop, column, n_vectors, anchor), _row_loop(True)
+
+
+@intrinsic
+def store_row(typingctx, out, row_number, row):
+    """out[row_number, :] = row.  Where that row of `out` starts on a 64-byte boundary and
+    holds whole vectors, by non-temporal stores: the row goes to memory without first
+    being read into the cache, which a stream of rows larger than the caches would only
+    flush out again.  Elsewhere by plain stores.  `stream_fence` orders them."""
+    if not (_is_float64_array(out, 2) and _is_float64_array(row, 1) and isinstance(row_number, types.Integer)):
+        return None
+    sig = types.void(out, row_number, row)
+
+    def codegen(context, builder, sig, args):
+        out_arg, row_number_arg, row_arg = args
+        i64 = ir.IntType(64)
+        vector = ir.VectorType(ir.DoubleType(), LANES)
+        vector_ptr = vector.as_pointer()
+        out_array = context.make_array(sig.args[0])(context, builder, out_arg)
+        row_array = context.make_array(sig.args[2])(context, builder, row_arg)
+        width = builder.extract_value(row_array.shape, 0)
+        number = row_number_arg if row_number_arg.type.width == 64 else builder.sext(row_number_arg, i64)
+        target = builder.add(builder.ptrtoint(out_array.data, i64),
+                             builder.mul(number, builder.extract_value(out_array.strides, 0)))
+        source = builder.ptrtoint(row_array.data, i64)
+        misaligned = builder.or_(builder.and_(target, ir.Constant(i64, 63)),
+                                 builder.and_(width, ir.Constant(i64, LANES - 1)))
+        with builder.if_else(builder.icmp_unsigned("==", misaligned, ir.Constant(i64, 0))) as (streamed, plain):
+            with streamed:
+                hint = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+                n_vectors = builder.udiv(width, ir.Constant(i64, LANES))
+                with cgutils.for_range(builder, n_vectors) as loop:
+                    offset = builder.mul(loop.index, ir.Constant(i64, 8 * LANES))
+                    value = builder.load(builder.inttoptr(builder.add(source, offset), vector_ptr), align=8)
+                    store = builder.store(value, builder.inttoptr(builder.add(target, offset), vector_ptr), align=64)
+                    store.set_metadata("nontemporal", hint)
+            with plain:
+                double_ptr = ir.DoubleType().as_pointer()
+                with cgutils.for_range(builder, width) as loop:
+                    offset = builder.mul(loop.index, ir.Constant(i64, 8))
+                    value = builder.load(builder.inttoptr(builder.add(source, offset), double_ptr))
+                    builder.store(value, builder.inttoptr(builder.add(target, offset), double_ptr))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def stream_fence(typingctx):
+    """A full memory fence: the non-temporal stores before it are visible to every other
+    thread and process (and to MPI) before anything after it."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen
