@@ -347,7 +347,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     dots = np.empty((tile_rows(n_clusters, TILE), n_clusters), dtype=points.dtype)
     center_norm = np.empty(n_clusters)
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
-    rows_t = np.empty((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
+    rows_t = np.zeros((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
     dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)
     pending, pending_low = np.empty(PENDING_ROWS, dtype=np.int64), np.empty(PENDING_ROWS)
     affected = np.empty(n_clusters, dtype=np.bool_)

@@ -1,17 +1,25 @@
-"""Sums over gathered float64 rows, held in vector registers (numba intrinsics, no MPI).
+"""Loops over rows held in vector registers (numba intrinsics that emit LLVM's vector
+operations; no MPI).
 
-The center update adds each agent's neighbours' K x p centers: for a sensor network
-about 28 rows of 64 numbers an agent, the bulk of an iteration; at a monitoring point
-it also adds up the squared gaps to the neighbours of higher id.  Written as a loop
-over the columns for each row, numba keeps the running sums in memory: every row pays
-a load and a store of them and a check that they do not overlap the rows.  Here up to
-VECTORS vectors of LANES columns stay in registers while every row is added, so a row
-costs one vector add (or subtract, multiply and add) per LANES columns.
+numba leaves LLVM's SLP vectorizer off, and its loop vectorizer works in steps of 32
+numbers, so three hot loops ran scalar or went through memory:
 
-Each column's operations are the same, in the same order, as the scalar loop's: the
+* the center update adds each agent's neighbours' K x p centers (for a sensor network
+  about 28 rows of 64 numbers an agent, the bulk of an iteration) and, at a monitoring
+  point, their squared gaps to the agent's own: a loop over the columns for each row
+  loads and stores the running sums every row.  `add_row_vectors` and
+  `add_squared_gaps` keep up to VECTORS vectors of LANES columns in registers while
+  every row is added;
+* the exact kernel's distances of a tile of rows to a center, feature by feature: an
+  agent of 16 rows is shorter than the loop vectorizer's step.
+  `tile_squared_distances` works in whole vectors of rows;
+* the new centers, a stream larger than the caches: `store_row` writes them without
+  first reading them into the cache.
+
+Each number gets the same operations, in the same order, as in the scalar loops: the
 lanes of a vector operation are independent IEEE operations, and with no fastmath flag
-LLVM neither reassociates them nor fuses a multiply into an add.  So the sums are bit
-for bit those of the serial reference.
+LLVM neither reassociates them nor fuses a multiply into an add.  So the results are
+bit for bit those of the serial reference.
 """
 
 from __future__ import annotations
@@ -173,6 +181,82 @@ def stream_fence(typingctx):
 
     def codegen(context, builder, sig, args):
         builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
+    """dist_k[i] = sum over j in order of (rows_t[j, i] - center_k[j])**2, starting from 0,
+    for the rows i < n_vectors * lanes (lanes: 64 bytes of the data's type), each row's
+    features added in order like the reference kernel's loop; up to VECTORS vectors of
+    rows in registers at a time.  rows_t : (p, tile) and dist_k : (tile,) hold whole
+    vectors up to there (the caller's tile is a multiple of the lanes)."""
+    if not (isinstance(rows_t, types.Array) and rows_t.ndim == 2 and rows_t.layout == "C"
+            and rows_t.dtype in (types.float32, types.float64) and isinstance(dist_k, types.Array)
+            and dist_k.ndim == 1 and dist_k.dtype == rows_t.dtype and isinstance(center_k, types.Array)
+            and center_k.ndim == 1 and center_k.dtype == rows_t.dtype and isinstance(n_vectors, types.Integer)):
+        return None
+    sig = types.void(dist_k, rows_t, center_k, n_vectors)
+    single = rows_t.dtype == types.float32
+
+    def codegen(context, builder, sig, args):
+        dist_arg, rows_arg, center_arg, n_vectors_arg = args
+        i64 = ir.IntType(64)
+        scalar = ir.FloatType() if single else ir.DoubleType()
+        itemsize = 4 if single else 8
+        lanes = 64 // itemsize
+        vector = ir.VectorType(scalar, lanes)
+        vector_ptr = vector.as_pointer()
+        dist_array = context.make_array(sig.args[0])(context, builder, dist_arg)
+        rows_array = context.make_array(sig.args[1])(context, builder, rows_arg)
+        center_array = context.make_array(sig.args[2])(context, builder, center_arg)
+        n_features = builder.extract_value(rows_array.shape, 0)
+        feature_bytes = builder.extract_value(rows_array.strides, 0)
+        center_step = builder.extract_value(center_array.strides, 0)
+        n_vectors = n_vectors_arg if n_vectors_arg.type.width == 64 else builder.sext(n_vectors_arg, i64)
+        rows_start = builder.ptrtoint(rows_array.data, i64)
+        dist_start = builder.ptrtoint(dist_array.data, i64)
+        center_start = builder.ptrtoint(center_array.data, i64)
+        zeros = ir.Constant(vector, [0.0] * lanes)
+        undefined = ir.Constant(vector, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+
+        def vector_at(start, v):
+            return builder.inttoptr(builder.add(start, builder.mul(v, ir.Constant(i64, 64))), vector_ptr)
+
+        # Passes of up to VECTORS vectors of rows, each pass one loop per count of vectors.
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_vectors, ir.Constant(i64, VECTORS),
+                                     inc=True) as (first_vector, _):
+            left = builder.sub(n_vectors, first_vector)
+            count_now = builder.select(builder.icmp_unsigned("<", left, ir.Constant(i64, VECTORS)), left,
+                                       ir.Constant(i64, VECTORS))
+            done = builder.append_basic_block("tile.done")
+            switch = builder.switch(count_now, done)
+            for count in range(1, VECTORS + 1):
+                case = builder.append_basic_block(f"tile.{count}")
+                switch.add_case(ir.Constant(i64, count), case)
+                builder.position_at_end(case)
+                sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
+                for slot in sums:
+                    builder.store(zeros, slot)
+                with cgutils.for_range(builder, n_features) as loop:
+                    j = loop.index
+                    c = builder.load(builder.inttoptr(builder.add(center_start, builder.mul(j, center_step)),
+                                                      scalar.as_pointer()))
+                    c = builder.shuffle_vector(builder.insert_element(undefined, c, ir.Constant(i64, 0)),
+                                               undefined, splat_mask)
+                    feature_start = builder.add(rows_start, builder.mul(j, feature_bytes))
+                    for v, slot in enumerate(sums):
+                        place = builder.add(first_vector, ir.Constant(i64, v))
+                        gap = builder.fsub(builder.load(vector_at(feature_start, place), align=itemsize), c)
+                        builder.store(builder.fadd(builder.load(slot), builder.fmul(gap, gap)), slot)
+                for v, slot in enumerate(sums):
+                    place = builder.add(first_vector, ir.Constant(i64, v))
+                    builder.store(builder.load(slot), vector_at(dist_start, place), align=itemsize)
+                builder.branch(done)
+            builder.position_at_end(done)
         return context.get_dummy_value()
 
     return sig, codegen
