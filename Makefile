@@ -81,3 +81,4 @@ quality:
 
 clean:
 	rm -rf $(DEMO) scaling experiments quality .pytest_cache build *.egg-info
+	find nkmpi -name '*.nb[ic]' -delete

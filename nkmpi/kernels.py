@@ -137,6 +137,9 @@ def _assign_parallel(points, weights, offsets, centers, labels, sums, counts, ss
 #: Bytes on whose boundary `written_zeros` starts its arrays: a vector register's, so that
 #: rows of whole vectors can be streamed (row_sums.store_row).
 ALIGNMENT = 64
+#: New centers of at least this many bytes are streamed to memory past the caches: more than
+#: a last-level cache holds, they would only flush it (the center update, `_update`).
+STREAM_BYTES = 64 * 2**20
 
 
 def written_zeros(shape, dtype=np.float64) -> np.ndarray:
@@ -251,18 +254,21 @@ def _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta):
 
 @njit(**_JIT)
 def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, first, stop):
+            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, streamed, first, stop):
     """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
     n / rho already (the same numbers: each is one division either way).  With rows in
     `moved`, each center's move is added to it (_add_moves); with rows in `edge_sums`, each
-    agent's `_up_edge_sum` of ext is written to it while its neighbours' rows are at hand."""
+    agent's `_up_edge_sum` of ext is written to it while its neighbours' rows are at hand.
+    streamed: the new centers are written past the caches (row_sums.store_row), else
+    straight into `out`, where the next update may find them in the cache."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     width = n_clusters * n_features
     # Contiguous rows of K x p, taken once: vectorizable loops, and no view made per agent.
     flat_ext = ext.reshape(ext.shape[0], width)
     flat_centers, flat_sums = centers.reshape(len(centers), width), sums.reshape(len(sums), width)
     flat_out = out.reshape(len(out), width)
-    total, o = np.empty(width), np.empty(width)      # o: the agent's new centers, then streamed to out
+    total = np.empty(width)
+    scratch = np.empty(width)           # streamed: each agent's new centers, then stored past the caches
     faulty = enabled(fault_params)
     tracking = moved.shape[0] > 0
     measuring = edge_sums.shape[0] > 0
@@ -285,6 +291,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
             degree = nbr_ptr[a + 1] - nbr_ptr[a]
             _add_neighbours(total, flat_ext, nbr_idx, nbr_ptr[a], nbr_ptr[a + 1])
         x, s = flat_centers[a], flat_sums[a]
+        o = scratch if streamed else flat_out[a]
         for k in range(n_clusters):
             weight = (counts[a, k] if scaled else counts[a, k] / rho) + degree
             base = k * n_features
@@ -303,16 +310,18 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
                     o[w] = x[w] - alpha * (x[w] - mu)
         if tracking:
             _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta)
-        store_row(flat_out, a, o)
-    stream_fence()
+        if streamed:
+            store_row(flat_out, a, o)
+    if streamed:
+        stream_fence()
 
 
 @njit(parallel=True, **_JIT)
 def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, n_ranges, n_agents):
+                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, streamed, n_ranges, n_agents):
     for r in prange(n_ranges):
         _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, r * n_agents // n_ranges,
+                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, streamed, r * n_agents // n_ranges,
                 (r + 1) * n_agents // n_ranges)
 
 
@@ -320,9 +329,11 @@ def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, 
 def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update, n_updates,
              agent_ids, ext_ids, first, stop):
     untracked, unmeasured = np.zeros((0, 0)), np.zeros(0)     # (a global array would be read-only to numba)
+    streamed = spare.size * spare.itemsize >= STREAM_BYTES
     for step in range(n_updates):
         _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
-                first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, first, stop)
+                first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, streamed, first,
+                stop)
         current, spare = spare, current
 
 
@@ -330,10 +341,11 @@ def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_p
 def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update,
                       n_updates, agent_ids, ext_ids, n_ranges, n_agents):
     untracked, unmeasured = np.zeros((0, 0)), np.zeros(0)
+    streamed = spare.size * spare.itemsize >= STREAM_BYTES
     for step in range(n_updates):           # each update reads the whole previous one: ranges join per step
         for r in prange(n_ranges):
             _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
-                    first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured,
+                    first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, streamed,
                     r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
         current, spare = spare, current
 
@@ -344,7 +356,8 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
                   sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, out: np.ndarray | None = None,
                   faults: FaultModel = NO_FAULTS, update: int = 0, agent_ids: np.ndarray = NO_IDS,
                   ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
-                  move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS) -> np.ndarray:
+                  move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS,
+                  streamed: bool | None = None) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -365,6 +378,10 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     squared gaps of ext's centers (x(t)), as `edge_disagreement` sums them: the
     disagreement at a monitoring point, read while the update has the rows at hand
     (`exact_partials(edge_sums)`); needs `agent_ids` and `ext_ids`.  By default nothing.
+
+    streamed : whether the new centers are written past the caches (row_sums.store_row,
+    where out's rows are aligned; the same numbers either way); by default when `out`
+    holds at least STREAM_BYTES.
     """
     if out is None:
         out = np.empty_like(centers)
@@ -376,9 +393,10 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     if len(moved) and moved.shape != centers.shape[:2]:
         raise ValueError(f"moved must hold one number per center, {centers.shape[:2]}, not {moved.shape}")
     single, f64_err, eta = move_terms
+    streamed = out.nbytes >= STREAM_BYTES if streamed is None else streamed
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
-                bool(single), float(f64_err), float(eta), edge_sums)
+                bool(single), float(f64_err), float(eta), edge_sums, bool(streamed))
     return out
 
 

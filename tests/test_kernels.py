@@ -117,7 +117,8 @@ def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, alig
     """Any degree and K x p (whole vectors of eight columns summed in registers, up to 64
     columns a pass, the rest four neighbours at a time): the same bits as adding the
     neighbours one by one in ascending order, on values whose sums depend on the order;
-    into an aligned `out` (rows of whole vectors streamed) or one that is not."""
+    into `out` in place or streamed past the caches, aligned (where rows of whole vectors
+    are streamed) or not."""
     rng = np.random.default_rng(degree)
     (k, p), n_local = width, 3
     n_ext = n_local + max(12, degree + 1)
@@ -133,8 +134,10 @@ def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, alig
         assert out.ctypes.data % kernels.ALIGNMENT == 0
     else:                           # one number past an aligned start
         out = kernels.written_zeros(n_local * k * p + 1)[1:].reshape(n_local, k, p)
-    kernels.center_update(*problem, 3.0, 0.6, out=out)
-    np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
+    for streamed in (False, True):
+        out[:] = np.nan
+        kernels.center_update(*problem, 3.0, 0.6, out=out, streamed=streamed)
+        np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
 
 
 def test_center_update_with_faults_against_the_draws():
