@@ -39,6 +39,22 @@ def _is_float64_array(ty, ndim):
     return isinstance(ty, types.Array) and ty.dtype == types.float64 and ty.ndim == ndim and ty.layout == "C"
 
 
+def _for_each_count(builder, count, name, emit):
+    """emit(c) in a block of its own for each value c of `count` (1..VECTORS), then go on
+    after them all: one loop per count of vectors, so that the vectors a loop holds are
+    values LLVM keeps in registers (its mem2reg promotes the caller's slots), not memory
+    indexed at run time."""
+    done = builder.append_basic_block(f"{name}.done")
+    switch = builder.switch(count, done)
+    for value in range(1, VECTORS + 1):
+        case = builder.append_basic_block(f"{name}.{value}")
+        switch.add_case(ir.Constant(count.type, value), case)
+        builder.position_at_end(case)
+        emit(value)
+        builder.branch(done)
+    builder.position_at_end(done)
+
+
 def _row_loop(gap_to_anchor):
     """The codegen of add_row_vectors (gap_to_anchor False: each row is added) or of
     add_squared_gaps (True: each row's squared difference from the anchor row is)."""
@@ -70,14 +86,7 @@ def _row_loop(gap_to_anchor):
         def vector_at(start, v):
             return builder.inttoptr(builder.add(start, builder.mul(vector_bytes, ir.Constant(i64, v))), vector_ptr)
 
-        # One loop per count of vectors, so that the running sums are values LLVM keeps in
-        # registers (its mem2reg promotes the slots below), not memory indexed at run time.
-        done = builder.append_basic_block("row_vectors.done")
-        switch = builder.switch(n_vectors, done)
-        for count in range(1, VECTORS + 1):
-            case = builder.append_basic_block(f"row_vectors.{count}")
-            switch.add_case(ir.Constant(i64, count), case)
-            builder.position_at_end(case)
+        def rows_added(count):
             sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
             for v, slot in enumerate(sums):
                 builder.store(builder.load(vector_at(total_start, v), align=8), slot)
@@ -94,8 +103,8 @@ def _row_loop(gap_to_anchor):
                     builder.store(builder.fadd(builder.load(slot), term), slot)
             for v, slot in enumerate(sums):
                 builder.store(builder.load(slot), vector_at(total_start, v), align=8)
-            builder.branch(done)
-        builder.position_at_end(done)
+
+        _for_each_count(builder, n_vectors, "row_vectors", rows_added)
         return context.get_dummy_value()
 
     return codegen
@@ -226,18 +235,14 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
         def vector_at(start, v):
             return builder.inttoptr(builder.add(start, builder.mul(v, ir.Constant(i64, 64))), vector_ptr)
 
-        # Passes of up to VECTORS vectors of rows, each pass one loop per count of vectors.
+        # Passes of up to VECTORS vectors of rows.
         with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_vectors, ir.Constant(i64, VECTORS),
                                      inc=True) as (first_vector, _):
             left = builder.sub(n_vectors, first_vector)
             count_now = builder.select(builder.icmp_unsigned("<", left, ir.Constant(i64, VECTORS)), left,
                                        ir.Constant(i64, VECTORS))
-            done = builder.append_basic_block("tile.done")
-            switch = builder.switch(count_now, done)
-            for count in range(1, VECTORS + 1):
-                case = builder.append_basic_block(f"tile.{count}")
-                switch.add_case(ir.Constant(i64, count), case)
-                builder.position_at_end(case)
+
+            def distances(count):
                 sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
                 for slot in sums:
                     builder.store(zeros, slot)
@@ -255,8 +260,8 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
                 for v, slot in enumerate(sums):
                     place = builder.add(first_vector, ir.Constant(i64, v))
                     builder.store(builder.load(slot), vector_at(dist_start, place), align=itemsize)
-                builder.branch(done)
-            builder.position_at_end(done)
+
+            _for_each_count(builder, count_now, "tile", distances)
         return context.get_dummy_value()
 
     return sig, codegen
