@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import (LANES, VECTORS, add_row_vectors, add_squared_gaps, store_row, stream_fence,
+from .row_sums import (LANES, add_row_vectors, add_squared_gaps, store_row, stream_fence,
                        tile_squared_distances)
 
 _JIT = dict(cache=True, nogil=True)
@@ -189,11 +189,8 @@ def _add_neighbours(total, rows, nbr_idx, first, stop):
     at a time, with one load and store of their running total per four rows.  Either way
     each column gets the same additions in the same order."""
     width = total.shape[0]
-    column = 0
-    while width - column >= LANES:
-        n_vectors = min((width - column) // LANES, VECTORS)
-        add_row_vectors(total, rows, nbr_idx, first, stop, column, n_vectors)
-        column += n_vectors * LANES
+    add_row_vectors(total, rows, nbr_idx, first, stop)
+    column = width // LANES * LANES
     if column == width:
         return
     e = first
@@ -547,11 +544,8 @@ def _add_squared_gaps(gaps, rows, anchor, nbr_idx, first, stop):
     that order, the square rounded before it is added: whole vectors of columns in
     registers (row_sums), like `_add_neighbours`, then the last width % LANES columns."""
     width = rows.shape[1]
-    column = 0
-    while width - column >= LANES:
-        n_vectors = min((width - column) // LANES, VECTORS)
-        add_squared_gaps(gaps, rows, nbr_idx, first, stop, column, n_vectors, anchor)
-        column += n_vectors * LANES
+    add_squared_gaps(gaps, rows, nbr_idx, first, stop, anchor)
+    column = width // LANES * LANES
     x = rows[anchor]
     for e in range(first, stop):
         y = rows[nbr_idx[e]]

@@ -39,20 +39,31 @@ def _is_float64_array(ty, ndim):
     return isinstance(ty, types.Array) and ty.dtype == types.float64 and ty.ndim == ndim and ty.layout == "C"
 
 
-def _for_each_count(builder, count, name, emit):
-    """emit(c) in a block of its own for each value c of `count` (1..VECTORS), then go on
-    after them all: one loop per count of vectors, so that the vectors a loop holds are
-    values LLVM keeps in registers (its mem2reg promotes the caller's slots), not memory
-    indexed at run time."""
-    done = builder.append_basic_block(f"{name}.done")
-    switch = builder.switch(count, done)
-    for value in range(1, VECTORS + 1):
-        case = builder.append_basic_block(f"{name}.{value}")
-        switch.add_case(ir.Constant(count.type, value), case)
-        builder.position_at_end(case)
-        emit(value)
-        builder.branch(done)
-    builder.position_at_end(done)
+def _as_i64(builder, value, ty):
+    """An integer argument of numba type `ty` as a 64-bit value."""
+    if value.type.width == 64:
+        return value
+    return builder.sext(value, ir.IntType(64)) if ty.signed else builder.zext(value, ir.IntType(64))
+
+
+def _in_passes(builder, n_vectors, name, emit):
+    """emit(count, first_vector) for the vectors first_vector..first_vector+count-1, in
+    passes of up to VECTORS over 0..n_vectors-1.  Each count gets a loop of its own, in a
+    block of its own, so that the vectors a pass holds are values LLVM keeps in registers
+    (its mem2reg promotes the caller's slots), not memory indexed at run time."""
+    i64 = ir.IntType(64)
+    most = ir.Constant(i64, VECTORS)
+    with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_vectors, most, inc=True) as (first_vector, _):
+        left = builder.sub(n_vectors, first_vector)
+        done = builder.append_basic_block(f"{name}.done")
+        switch = builder.switch(builder.select(builder.icmp_unsigned("<", left, most), left, most), done)
+        for count in range(1, VECTORS + 1):
+            case = builder.append_basic_block(f"{name}.{count}")
+            switch.add_case(ir.Constant(i64, count), case)
+            builder.position_at_end(case)
+            emit(count, first_vector)
+            builder.branch(done)
+        builder.position_at_end(done)
 
 
 def _row_loop(gap_to_anchor):
@@ -60,33 +71,27 @@ def _row_loop(gap_to_anchor):
     add_squared_gaps (True: each row's squared difference from the anchor row is)."""
 
     def codegen(context, builder, sig, args):
-        total_arg, rows_arg, index_arg, first_arg, stop_arg, column_arg, n_vectors_arg = args[:7]
+        total_arg, rows_arg, index_arg, first_arg, stop_arg = args[:5]
         i64 = ir.IntType(64)
         vector = ir.VectorType(ir.DoubleType(), LANES)
         vector_ptr = vector.as_pointer()
-        vector_bytes = ir.Constant(i64, 8 * LANES)
-
-        def as_i64(value, ty):
-            if value.type.width == 64:
-                return value
-            return builder.sext(value, i64) if ty.signed else builder.zext(value, i64)
-
         total_array = context.make_array(sig.args[0])(context, builder, total_arg)
         rows_array = context.make_array(sig.args[1])(context, builder, rows_arg)
         index_array = context.make_array(sig.args[2])(context, builder, index_arg)
-        first, stop = as_i64(first_arg, sig.args[3]), as_i64(stop_arg, sig.args[4])
-        column_bytes = builder.mul(as_i64(column_arg, sig.args[5]), ir.Constant(i64, 8))
-        n_vectors = as_i64(n_vectors_arg, sig.args[6])
+        first, stop = _as_i64(builder, first_arg, sig.args[3]), _as_i64(builder, stop_arg, sig.args[4])
+        n_vectors = builder.udiv(builder.extract_value(rows_array.shape, 1), ir.Constant(i64, LANES))
         row_bytes = builder.extract_value(rows_array.strides, 0)
-        rows_start = builder.add(builder.ptrtoint(rows_array.data, i64), column_bytes)
-        total_start = builder.add(builder.ptrtoint(total_array.data, i64), column_bytes)
+        rows_start = builder.ptrtoint(rows_array.data, i64)
+        total_start = builder.ptrtoint(total_array.data, i64)
         if gap_to_anchor:
-            anchor_start = builder.add(rows_start, builder.mul(as_i64(args[7], sig.args[7]), row_bytes))
+            anchor_start = builder.add(rows_start, builder.mul(_as_i64(builder, args[5], sig.args[5]), row_bytes))
 
-        def vector_at(start, v):
-            return builder.inttoptr(builder.add(start, builder.mul(vector_bytes, ir.Constant(i64, v))), vector_ptr)
+        def rows_added(count, first_vector):
+            def vector_at(start, v):
+                place = builder.add(first_vector, ir.Constant(i64, v))
+                return builder.inttoptr(builder.add(start, builder.mul(place, ir.Constant(i64, 8 * LANES))),
+                                        vector_ptr)
 
-        def rows_added(count):
             sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
             for v, slot in enumerate(sums):
                 builder.store(builder.load(vector_at(total_start, v), align=8), slot)
@@ -94,7 +99,7 @@ def _row_loop(gap_to_anchor):
                 anchor = [builder.load(vector_at(anchor_start, v), align=8) for v in range(count)]
             with cgutils.for_range_slice(builder, first, stop, ir.Constant(i64, 1), inc=True) as (e, _):
                 row = builder.load(builder.gep(index_array.data, [e]))
-                row_start = builder.add(rows_start, builder.mul(as_i64(row, sig.args[2].dtype), row_bytes))
+                row_start = builder.add(rows_start, builder.mul(_as_i64(builder, row, sig.args[2].dtype), row_bytes))
                 for v, slot in enumerate(sums):
                     term = builder.load(vector_at(row_start, v), align=8)
                     if gap_to_anchor:
@@ -104,7 +109,7 @@ def _row_loop(gap_to_anchor):
             for v, slot in enumerate(sums):
                 builder.store(builder.load(slot), vector_at(total_start, v), align=8)
 
-        _for_each_count(builder, n_vectors, "row_vectors", rows_added)
+        _in_passes(builder, n_vectors, "row_vectors", rows_added)
         return context.get_dummy_value()
 
     return codegen
@@ -117,25 +122,25 @@ def _typed(total, rows, index, scalars):
 
 
 @intrinsic
-def add_row_vectors(typingctx, total, rows, index, first, stop, column, n_vectors):
+def add_row_vectors(typingctx, total, rows, index, first, stop):
     """total[c] += rows[index[e], c] for e in first..stop-1, in that order, for the
-    n_vectors * LANES columns c from `column` (1 <= n_vectors <= VECTORS).
-    total : (width,) float64, C order; rows : (n, width) float64, C order; index :
-    1-D integer array.  Nothing is checked at run time: the caller keeps the columns
-    inside the width and the indices inside rows."""
-    if not _typed(total, rows, index, (first, stop, column, n_vectors)):
+    columns c of rows' whole vectors (c < width // LANES * LANES), up to VECTORS of them a
+    pass over the rows.  total : at least those columns, float64, C order; rows : (n,
+    width) float64, C order; index : 1-D integer array.  Nothing is checked at run time:
+    the caller keeps the indices inside rows."""
+    if not _typed(total, rows, index, (first, stop)):
         return None
-    return types.void(total, rows, index, first, stop, column, n_vectors), _row_loop(False)
+    return types.void(total, rows, index, first, stop), _row_loop(False)
 
 
 @intrinsic
-def add_squared_gaps(typingctx, total, rows, index, first, stop, column, n_vectors, anchor):
+def add_squared_gaps(typingctx, total, rows, index, first, stop, anchor):
     """total[c] += (rows[anchor, c] - rows[index[e], c])**2 for e in first..stop-1, in
     that order, for the same columns as add_row_vectors (the square rounded, then the
     sum: no fused multiply-add)."""
-    if not _typed(total, rows, index, (first, stop, column, n_vectors, anchor)):
+    if not _typed(total, rows, index, (first, stop, anchor)):
         return None
-    return types.void(total, rows, index, first, stop, column, n_vectors, anchor), _row_loop(True)
+    return types.void(total, rows, index, first, stop, anchor), _row_loop(True)
 
 
 @intrinsic
@@ -156,7 +161,7 @@ def store_row(typingctx, out, row_number, row):
         out_array = context.make_array(sig.args[0])(context, builder, out_arg)
         row_array = context.make_array(sig.args[2])(context, builder, row_arg)
         width = builder.extract_value(row_array.shape, 0)
-        number = row_number_arg if row_number_arg.type.width == 64 else builder.sext(row_number_arg, i64)
+        number = _as_i64(builder, row_number_arg, sig.args[1])
         target = builder.add(builder.ptrtoint(out_array.data, i64),
                              builder.mul(number, builder.extract_value(out_array.strides, 0)))
         source = builder.ptrtoint(row_array.data, i64)
@@ -204,8 +209,8 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
     vectors up to there (the caller's tile is a multiple of the lanes)."""
     if not (isinstance(rows_t, types.Array) and rows_t.ndim == 2 and rows_t.layout == "C"
             and rows_t.dtype in (types.float32, types.float64) and isinstance(dist_k, types.Array)
-            and dist_k.ndim == 1 and dist_k.dtype == rows_t.dtype and isinstance(center_k, types.Array)
-            and center_k.ndim == 1 and center_k.dtype == rows_t.dtype and isinstance(n_vectors, types.Integer)):
+            and dist_k.ndim == 1 and dist_k.layout == "C" and dist_k.dtype == rows_t.dtype
+            and isinstance(center_k, types.Array) and center_k.ndim == 1 and center_k.dtype == rows_t.dtype and isinstance(n_vectors, types.Integer)):
         return None
     sig = types.void(dist_k, rows_t, center_k, n_vectors)
     single = rows_t.dtype == types.float32
@@ -224,7 +229,7 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
         n_features = builder.extract_value(rows_array.shape, 0)
         feature_bytes = builder.extract_value(rows_array.strides, 0)
         center_step = builder.extract_value(center_array.strides, 0)
-        n_vectors = n_vectors_arg if n_vectors_arg.type.width == 64 else builder.sext(n_vectors_arg, i64)
+        n_vectors = _as_i64(builder, n_vectors_arg, sig.args[3])
         rows_start = builder.ptrtoint(rows_array.data, i64)
         dist_start = builder.ptrtoint(dist_array.data, i64)
         center_start = builder.ptrtoint(center_array.data, i64)
@@ -235,33 +240,26 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
         def vector_at(start, v):
             return builder.inttoptr(builder.add(start, builder.mul(v, ir.Constant(i64, 64))), vector_ptr)
 
-        # Passes of up to VECTORS vectors of rows.
-        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_vectors, ir.Constant(i64, VECTORS),
-                                     inc=True) as (first_vector, _):
-            left = builder.sub(n_vectors, first_vector)
-            count_now = builder.select(builder.icmp_unsigned("<", left, ir.Constant(i64, VECTORS)), left,
-                                       ir.Constant(i64, VECTORS))
-
-            def distances(count):
-                sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
-                for slot in sums:
-                    builder.store(zeros, slot)
-                with cgutils.for_range(builder, n_features) as loop:
-                    j = loop.index
-                    c = builder.load(builder.inttoptr(builder.add(center_start, builder.mul(j, center_step)),
-                                                      scalar.as_pointer()))
-                    c = builder.shuffle_vector(builder.insert_element(undefined, c, ir.Constant(i64, 0)),
-                                               undefined, splat_mask)
-                    feature_start = builder.add(rows_start, builder.mul(j, feature_bytes))
-                    for v, slot in enumerate(sums):
-                        place = builder.add(first_vector, ir.Constant(i64, v))
-                        gap = builder.fsub(builder.load(vector_at(feature_start, place), align=itemsize), c)
-                        builder.store(builder.fadd(builder.load(slot), builder.fmul(gap, gap)), slot)
+        def distances(count, first_vector):
+            sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
+            for slot in sums:
+                builder.store(zeros, slot)
+            with cgutils.for_range(builder, n_features) as loop:
+                j = loop.index
+                c = builder.load(builder.inttoptr(builder.add(center_start, builder.mul(j, center_step)),
+                                                  scalar.as_pointer()))
+                c = builder.shuffle_vector(builder.insert_element(undefined, c, ir.Constant(i64, 0)),
+                                           undefined, splat_mask)
+                feature_start = builder.add(rows_start, builder.mul(j, feature_bytes))
                 for v, slot in enumerate(sums):
                     place = builder.add(first_vector, ir.Constant(i64, v))
-                    builder.store(builder.load(slot), vector_at(dist_start, place), align=itemsize)
+                    gap = builder.fsub(builder.load(vector_at(feature_start, place), align=itemsize), c)
+                    builder.store(builder.fadd(builder.load(slot), builder.fmul(gap, gap)), slot)
+            for v, slot in enumerate(sums):
+                place = builder.add(first_vector, ir.Constant(i64, v))
+                builder.store(builder.load(slot), vector_at(dist_start, place), align=itemsize)
 
-            _for_each_count(builder, count_now, "tile", distances)
+        _in_passes(builder, n_vectors, "tile", distances)
         return context.get_dummy_value()
 
     return sig, codegen
