@@ -21,6 +21,8 @@ so results do not depend on the thread count either.
 
 from __future__ import annotations
 
+import glob
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -137,9 +139,26 @@ def _assign_parallel(points, weights, offsets, centers, labels, sums, counts, ss
 #: Bytes on whose boundary `written_zeros` starts its arrays: a vector register's, so that
 #: rows of whole vectors can be streamed (row_sums.store_row).
 ALIGNMENT = 64
-#: New centers of at least this many bytes are streamed to memory past the caches: more than
-#: a last-level cache holds, they would only flush it (the center update, `_update`).
-STREAM_BYTES = 64 * 2**20
+
+
+def _last_level_cache_bytes() -> int:
+    """The largest cache Linux reports for the first CPU, in bytes (0 where it tells none)."""
+    largest = 0
+    for size_file in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(size_file) as f:
+                text = f.read().strip()
+            largest = max(largest, int(text.rstrip("KMG")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1], 1))
+        except (OSError, ValueError, IndexError):
+            pass
+    return largest
+
+
+#: New centers of at least this many bytes are streamed to memory past the caches (the center
+#: update, `_update`): more than the last-level cache holds, they would only flush it, but
+#: where they fit (some CPUs hold hundreds of MB), the next update finds them there.  At least
+#: 64 MiB, for CPUs whose reported cache is one core group's share.
+STREAM_BYTES = max(64 * 2**20, _last_level_cache_bytes())
 
 
 def written_zeros(shape, dtype=np.float64) -> np.ndarray:
@@ -324,9 +343,8 @@ def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, 
 
 @njit(**_JIT)
 def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update, n_updates,
-             agent_ids, ext_ids, first, stop):
+             agent_ids, ext_ids, streamed, first, stop):
     untracked, unmeasured = np.zeros((0, 0)), np.zeros(0)     # (a global array would be read-only to numba)
-    streamed = spare.size * spare.itemsize >= STREAM_BYTES
     for step in range(n_updates):
         _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
                 first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, streamed, first,
@@ -336,9 +354,8 @@ def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_p
 
 @njit(parallel=True, **_JIT)
 def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update,
-                      n_updates, agent_ids, ext_ids, n_ranges, n_agents):
+                      n_updates, agent_ids, ext_ids, streamed, n_ranges, n_agents):
     untracked, unmeasured = np.zeros((0, 0)), np.zeros(0)
-    streamed = spare.size * spare.itemsize >= STREAM_BYTES
     for step in range(n_updates):           # each update reads the whole previous one: ranges join per step
         for r in prange(n_ranges):
             _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
@@ -400,18 +417,18 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
 def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
                          sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, n_updates: int,
                          faults: FaultModel = NO_FAULTS, first_update: int = 0, agent_ids: np.ndarray = NO_IDS,
-                         ext_ids: np.ndarray = NO_IDS) -> np.ndarray:
+                         ext_ids: np.ndarray = NO_IDS, streamed: bool | None = None) -> np.ndarray:
     """`n_updates` center updates in one call, for a block whose agents' neighbours are all
     its own (nbr_idx indexes the block's centers; no ghosts): each is `center_update` from
     the last, alternating between `current` and `spare`.  Returns the array holding the
     result.  Bit for bit the updates one by one, without a Python call and an exchange
     per update: on one rank, a run's inner updates and the estimator's cost microseconds
-    each, not tens."""
+    each, not tens.  streamed : as center_update's."""
     if (len(agent_ids) != len(current) or len(ext_ids) != len(current)) and faults is not NO_FAULTS:
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
     in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
                 counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
-                ext_ids)
+                ext_ids, bool(spare.nbytes >= STREAM_BYTES if streamed is None else streamed))
     return spare if n_updates % 2 else current
 
 

@@ -171,13 +171,15 @@ def test_center_update_with_faults_against_the_draws():
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("n_updates", [1, 2, 7])
 @pytest.mark.parametrize("faulty", [False, True])
-def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, threads):
+@pytest.mark.parametrize("k, p, streamed", [(3, 4, False), (2, 4, False), (2, 4, True)])
+def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, threads, k, p, streamed):
     """A block without ghosts (every neighbour its own): n updates in one call equal the
     equations applied n times, each from the last, with each update's own fault draws;
     the result lies in the array returned, whatever n's parity; empty clusters, agents of
-    degree 0 and any thread count included."""
+    degree 0 and any thread count included; rows of whole vectors (K x p = 8) written in
+    place or streamed past the caches."""
     rng = np.random.default_rng(n_updates)
-    n_agents, k, p = 9, 3, 4
+    n_agents = 9
     degree = rng.integers(0, 5, size=n_agents)
     degree[2] = 0
     nbr_idx = np.concatenate([np.sort(rng.choice(np.delete(np.arange(n_agents), a), d, replace=False))
@@ -202,11 +204,13 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
         else:
             new = expected_update(expected, expected, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9)
         expected = new
-    current, spare = start.copy(), np.full_like(start, np.nan)
+    current, spare = kernels.written_zeros(start.shape), kernels.written_zeros(start.shape)
+    current[:], spare[:] = start, np.nan
     kernels.set_threads(threads)
     try:
         got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9, n_updates,
-                                           faults=faults, first_update=11, agent_ids=agent_ids, ext_ids=agent_ids)
+                                           faults=faults, first_update=11, agent_ids=agent_ids, ext_ids=agent_ids,
+                                           streamed=streamed)
     finally:
         kernels.set_threads(1)
     assert got is (spare if n_updates % 2 else current)
