@@ -310,3 +310,56 @@ def test_whole_result_file_is_the_same_on_any_rank_count(dataset, tmp_path):
         set(file_contents(files[1]))
     for n_ranks in (2, 3):
         assert_same_file(files[n_ranks], files[1])
+
+
+def _record_flushes(monkeypatch):
+    """Record, in order, each file descriptor's fsync (as the path it was opened on) and each
+    rename, made through the formats' module."""
+    from nkmpi.formats import hdf5
+    events, opened = [], {}
+    real_open, real_fsync, real_replace = os.open, os.fsync, os.replace
+
+    def spy_open(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        opened[fd] = os.fspath(path)
+        return fd
+
+    def spy_fsync(fd):
+        events.append(("fsync", opened.get(fd)))
+        return real_fsync(fd)
+
+    def spy_replace(source, target):
+        events.append(("replace", os.fspath(source), os.fspath(target)))
+        return real_replace(source, target)
+
+    monkeypatch.setattr(hdf5.os, "open", spy_open)
+    monkeypatch.setattr(hdf5.os, "fsync", spy_fsync)
+    monkeypatch.setattr(hdf5.os, "replace", spy_replace)
+    return events
+
+
+def _flushed_before_renamed(events, path):
+    """The file that became `path` was fsynced before its rename, and its folder after."""
+    renames = [e for e in events if e[0] == "replace" and e[2] == os.fspath(path)]
+    assert len(renames) == 1, events
+    at = events.index(renames[0])
+    assert ("fsync", renames[0][1]) in events[:at], events
+    assert ("fsync", os.path.dirname(os.fspath(path))) in events[at:], events
+
+
+def test_a_dataset_reaches_the_disk_before_it_takes_its_name(tmp_path, monkeypatch):
+    """A crash after a file is renamed must not leave the name pointing at data still in
+    the page cache: the temporary file is flushed (fsync) before the rename, and the
+    folder, which holds the rename, after it."""
+    events = _record_flushes(monkeypatch)
+    path = tmp_path / "data.h5"
+    write_dataset(path, np.zeros((6, 2)), np.array([0, 3, 6]))
+    _flushed_before_renamed(events, path)
+
+
+def test_a_result_reaches_the_disk_before_it_takes_its_name(dataset, tmp_path, monkeypatch):
+    """The same for a file the ranks write in slices (a run's result), here in one process."""
+    events = _record_flushes(monkeypatch)
+    out = tmp_path / "result.h5"
+    assert main(["run", str(dataset), "-k", "2", "--iters", "2", "--quiet", "--out", str(out)]) == 0
+    _flushed_before_renamed(events, out)

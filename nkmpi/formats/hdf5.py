@@ -2,8 +2,9 @@
 file's attributes alone), run ids and temporary names, the checks an output passes before
 any work, how ranks share a file, and the two ways a file is written whole.
 
-A file is written under a temporary name of its own run, in its folder, and renamed
-once complete, so that the final name never shows a partial file: `atomic_file` for
+A file is written under a temporary name of its own run, in its folder, flushed to the
+storage (fsync) and renamed once complete, and the folder flushed after the rename, so
+that the final name never shows a partial file, not even after a crash of the node: `atomic_file` for
 one process (datasets, the data tools' pictures), `write_slices` for ranks writing their
 own slices (results and checkpoints through `write_state`, predicted labels).  Ranks
 share a file through HDF5's MPI-IO driver where h5py was built with MPI, else one
@@ -219,6 +220,33 @@ def removed_on_failure(temporary: str) -> Iterator[None]:
         raise
 
 
+def flush_to_storage(path: str | os.PathLike) -> None:
+    """fsync `path`: its written bytes are on the storage, not only in this node's page
+    cache, before it takes a final name (a rename can outlive a crash that the data does
+    not).  On a folder, where some file systems refuse it, a refusal is ignored: the
+    rename it would make durable has happened either way."""
+    folder = os.path.isdir(path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if folder:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:
+            raise
+    finally:
+        os.close(fd)
+
+
+def _renamed(temporary: str, path: str | os.PathLike) -> None:
+    """The flushed `temporary` takes `path`'s name, and the folder records it."""
+    os.replace(temporary, path)
+    flush_to_storage(os.path.dirname(os.path.abspath(path)))
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[str]:
     """Write `path` whole, in one process: the body writes the temporary file this yields
@@ -232,7 +260,8 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
     try:
         with removed_on_failure(temporary):
             yield temporary
-            os.replace(temporary, path)
+            flush_to_storage(temporary)
+            _renamed(temporary, path)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -256,7 +285,7 @@ def write_slices(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *,
     writes the file alone.  Under the run's temporary name, the ranks write the file
     together through MPI-IO where h5py has it (`io_driver`), else in turn; either way
     they agree on failures before the steps they take together (closing the file, the
-    rename), so that no rank waits in one that a failed rank never reaches: the first
+    flush to storage each rank makes of its writes, the rename), so that no rank waits in one that a failed rank never reaches: the first
     rank that failed raises its error, the others RankFailed, and the temporary file is
     removed, so nothing half-written stays.  Rank 0 renames the file once all wrote;
     `hdf5_io` records how (`MPIO` or `SERIAL`).
@@ -271,8 +300,14 @@ def write_slices(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *,
     temporary = partial_name(path, run_id)
     with removed_on_failure(temporary):
         write(temporary, comm, (file_format, version), attrs, shapes, whole if rank == 0 else {}, sliced)
+        failure = None
+        try:                                # each rank its own writes, from its own node's cache
+            flush_to_storage(temporary)
+        except OSError as exc:
+            failure = InputError(f"cannot write {path}: {exc.strerror or exc}")
+        agree_on_failure(comm, failure)
         if rank == 0:
-            os.replace(temporary, path)
+            _renamed(temporary, path)
     if comm is not None:
         comm.Barrier()
 
