@@ -4,11 +4,11 @@ any work, how ranks share a file, and the two ways a file is written whole.
 
 A file is written under a temporary name of its own run, in its folder, flushed to the
 storage (fsync) and renamed once complete, and the folder flushed after the rename, so
-that the final name never shows a partial file, not even after a crash of the node: `atomic_file` for
-one process (datasets, the data tools' pictures), `write_slices` for ranks writing their
-own slices (results and checkpoints through `write_state`, predicted labels).  Ranks
-share a file through HDF5's MPI-IO driver where h5py was built with MPI, else one
-process at a time (`io_driver`).
+that the final name never shows a partial file, not even after a crash of the node:
+`atomic_file` for one process (datasets, the data tools' pictures), `write_slices` for
+ranks writing their own slices (results and checkpoints through `write_state`, predicted
+labels).  Ranks share a file through HDF5's MPI-IO driver where h5py was built with MPI,
+else one process at a time (`io_driver`).
 """
 
 from __future__ import annotations
@@ -284,11 +284,11 @@ def write_slices(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *,
     ({name: Slice}) each rank its own rows: no rank holds all N rows' values, so none
     writes the file alone.  Under the run's temporary name, the ranks write the file
     together through MPI-IO where h5py has it (`io_driver`), else in turn; either way
-    they agree on failures before the steps they take together (closing the file, the
-    flush to storage each rank makes of its writes, the rename), so that no rank waits in one that a failed rank never reaches: the first
-    rank that failed raises its error, the others RankFailed, and the temporary file is
-    removed, so nothing half-written stays.  Rank 0 renames the file once all wrote;
-    `hdf5_io` records how (`MPIO` or `SERIAL`).
+    they agree on failures before the steps they take together (closing the file, each
+    rank's flush of its writes to the storage, the rename), so that no rank waits in one
+    that a failed rank never reaches: the first rank that failed raises its error, the
+    others RankFailed, and the temporary file is removed, so nothing half-written stays.
+    Rank 0 renames the file once all wrote; `hdf5_io` records how (`MPIO` or `SERIAL`).
     """
     rank = 0 if comm is None else comm.Get_rank()
     driver = io_driver(comm)
