@@ -161,6 +161,11 @@ def _last_level_cache_bytes() -> int:
 STREAM_BYTES = max(64 * 2**20, _last_level_cache_bytes())
 
 
+def _streams(out: np.ndarray, streamed: bool | None) -> bool:
+    """Whether an update writes `out` past the caches: as asked, else by its size."""
+    return bool(out.nbytes >= STREAM_BYTES if streamed is None else streamed)
+
+
 def written_zeros(shape, dtype=np.float64) -> np.ndarray:
     """Zeros whose memory is written now, not on first use as np.zeros' is: a run allocates
     its loop's state at set-up, and its first iteration should not pay the page faults (a
@@ -407,10 +412,9 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     if len(moved) and moved.shape != centers.shape[:2]:
         raise ValueError(f"moved must hold one number per center, {centers.shape[:2]}, not {moved.shape}")
     single, f64_err, eta = move_terms
-    streamed = out.nbytes >= STREAM_BYTES if streamed is None else streamed
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
-                bool(single), float(f64_err), float(eta), edge_sums, bool(streamed))
+                bool(single), float(f64_err), float(eta), edge_sums, _streams(out, streamed))
     return out
 
 
@@ -428,7 +432,7 @@ def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.nda
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
     in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
                 counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
-                ext_ids, bool(spare.nbytes >= STREAM_BYTES if streamed is None else streamed))
+                ext_ids, _streams(spare, streamed))
     return spare if n_updates % 2 else current
 
 

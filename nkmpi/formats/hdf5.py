@@ -180,6 +180,11 @@ def refuse_overwriting(option: str, path: str | os.PathLike, inputs: dict) -> No
                              "choose another name")
 
 
+def _cannot_write(path: str | os.PathLike, exc: OSError) -> InputError:
+    """A file system's refusal (full, read-only), the user's to fix, naming the file."""
+    return InputError(f"cannot write {path}: {exc.strerror or exc}")
+
+
 def check_output(path: str | os.PathLike, run_id: str, attrs: dict) -> None:
     """Fail early when a file cannot be written at `path`: the folder must exist and
     be writable, and the run's temporary name take an HDF5 file holding the
@@ -200,7 +205,7 @@ def check_output(path: str | os.PathLike, run_id: str, attrs: dict) -> None:
         with h5py.File(probe, "w") as f:
             f.attrs.update(attrs)
     except OSError as exc:
-        raise InputError(f"cannot write {probe}: {exc.strerror or exc}") from None
+        raise _cannot_write(probe, exc) from None
     except (ValueError, TypeError) as exc:
         raise InputError(f"cannot store the run's parameters in {path}: {exc}") from None
     finally:
@@ -220,31 +225,23 @@ def removed_on_failure(temporary: str) -> Iterator[None]:
         raise
 
 
-def flush_to_storage(path: str | os.PathLike) -> None:
+def _flush_to_storage(path: str | os.PathLike) -> None:
     """fsync `path`: its written bytes are on the storage, not only in this node's page
     cache, before it takes a final name (a rename can outlive a crash that the data does
-    not).  On a folder, where some file systems refuse it, a refusal is ignored: the
-    rename it would make durable has happened either way."""
-    folder = os.path.isdir(path)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        if folder:
-            return
-        raise
+    not)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:
-        if not folder:
-            raise
     finally:
         os.close(fd)
 
 
 def _renamed(temporary: str, path: str | os.PathLike) -> None:
-    """The flushed `temporary` takes `path`'s name, and the folder records it."""
+    """The flushed `temporary` takes `path`'s name, and the folder records it (where the file
+    system refuses a folder's fsync, the rename stands all the same)."""
     os.replace(temporary, path)
-    flush_to_storage(os.path.dirname(os.path.abspath(path)))
+    with contextlib.suppress(OSError):
+        _flush_to_storage(os.path.dirname(os.path.abspath(path)))
 
 
 @contextlib.contextmanager
@@ -260,10 +257,10 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
     try:
         with removed_on_failure(temporary):
             yield temporary
-            flush_to_storage(temporary)
+            _flush_to_storage(temporary)
             _renamed(temporary, path)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise _cannot_write(path, exc) from None
 
 
 @dataclass(frozen=True)
@@ -302,9 +299,9 @@ def write_slices(path: str | os.PathLike, comm: MPI.Comm | None, run_id: str, *,
         write(temporary, comm, (file_format, version), attrs, shapes, whole if rank == 0 else {}, sliced)
         failure = None
         try:                                # each rank its own writes, from its own node's cache
-            flush_to_storage(temporary)
+            _flush_to_storage(temporary)
         except OSError as exc:
-            failure = InputError(f"cannot write {path}: {exc.strerror or exc}")
+            failure = _cannot_write(path, exc)
         agree_on_failure(comm, failure)
         if rank == 0:
             _renamed(temporary, path)
