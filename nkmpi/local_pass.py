@@ -15,6 +15,13 @@ the first smallest.  Three ideas skip most of that work without changing a bit:
   own center and a lower bound on its distance to every other, moved each pass
   by how far the centers moved.  A row whose bounds stay apart by more than the
   per-feature form's rounding cannot change label and is skipped.
+* Settled agents: each agent also keeps, per cluster, its rows' largest upper
+  bound and smallest gap between lower and upper bound.  Where that gap outlasts
+  the moves, no row of the agent can change label and its rows are not read at
+  all: their bounds keep the values of the pass that wrote them, and the centers'
+  moves since then add up (a distance moved in steps is at least the distance
+  from the start) until a pass applies them.  In a run's consensus tail a settled
+  pass then reads 2K numbers an agent and its moves, not every row's bounds.
 * Settled clusters: a cluster no row of its agent left or joined keeps its sum
   and count, identical to recomputing them (the same rows in the same order);
   only the others are summed again.
@@ -24,7 +31,7 @@ per-feature form gives d (1 + t), |t| <= gamma_{p+2} of the data's precision;
 the GEMM form errs by at most 2 gamma_p ||x|| ||c|| (any summation order) plus
 float64 rounding of the norms; both, plus ETA_ULPS smallest normals for
 underflow.  The bounds are of true Euclidean distances, stored as float32
-rounded outwards (8 bytes a row); a settled pass costs O(rows) bound updates.
+rounded outwards (8 bytes a row, 8 K an agent).
 """
 
 from __future__ import annotations
@@ -309,11 +316,12 @@ def _rank_moves(move, i, n_clusters):
 
 @njit(**_JIT)
 def _moves(centers, previous, moved, ready, first, stop, move, f64_err, eta):
-    """For the agents first..stop-1 that have bounds: how far each center moved since the last
-    pass (true distance, rounded up), the largest and second-largest move and the largest's
-    index.  From the caller's `moved` when it has rows (then reset to 0), else from the
-    `previous` centers, which take the new ones in the data's precision.  Done for a chunk
-    of agents before their rows, so that no row waits on its agent's chain of square roots."""
+    """For the agents first..stop-1 that have bounds: how far each center moved since the
+    agent's bounds were last written (true distance, rounded up), the largest and
+    second-largest move and the largest's index.  From the caller's `moved` when it has
+    rows (the sum of every update's move since then), else from the `previous` centers,
+    those of that pass in the data's precision.  Done for a chunk of agents before their
+    rows, so that no row waits on its agent's chain of square roots."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     given = moved.shape[0] > 0
     for a in range(first, stop):
@@ -323,14 +331,12 @@ def _moves(centers, previous, moved, ready, first, stop, move, f64_err, eta):
         if given:
             for k in range(n_clusters):
                 move[i, k] = moved[a, k]
-                moved[a, k] = 0.0
         else:
             for k in range(n_clusters):
                 gap = 0.0
                 for j in range(n_features):
                     c = previous.dtype.type(centers[a, k, j])      # in the data's precision, as the reference
                     diff = np.float64(c) - np.float64(previous[a, k, j])
-                    previous[a, k, j] = c
                     gap += diff * diff
                 move[i, k] = gap
             for k in range(n_clusters):     # apart from the loops around it: the square roots vectorize
@@ -338,9 +344,45 @@ def _moves(centers, previous, moved, ready, first, stop, move, f64_err, eta):
         _rank_moves(move, i, n_clusters)
 
 
+@njit(inline='always', **_JIT)
+def _settled(top, gap, a, move, i, n_clusters, exact_err, f64_err, eta):
+    """Whether no row of agent a can change label.  Per cluster, `top` is at least its rows'
+    upper bounds and `gap` at most their lower minus upper bounds, when written; moved
+    since, a row's upper bound U is at most t = top + its center's move and its lower bound
+    exceeds U by delta = gap - both moves.  The exact form's margin (1 - e)(U + delta)^2 -
+    (1 + e) U^2 - 2 eta is concave in U, so it is positive for every U in [0, t] when it is
+    at both ends: then every row's own bounds stay apart (_separated)."""
+    largest, second, largest_k = move[i, n_clusters], move[i, n_clusters + 1], move[i, n_clusters + 2]
+    apart = True
+    for k in range(n_clusters):         # without branches: an agent's clusters are few
+        own = move[i, k]
+        t = (np.float64(top[a, k]) + own) * (1.0 + f64_err)
+        delta = (np.float64(gap[a, k]) - (own + (second if k == largest_k else largest)) * (1.0 + f64_err)) \
+            * (1.0 - f64_err)
+        at_zero = (1.0 - exact_err) * delta * delta * (1.0 - f64_err)
+        at_top = (1.0 - exact_err) * (2.0 * t * delta + delta * delta) * (1.0 - f64_err)
+        apart &= (delta > 0) & (at_zero > 2.0 * eta) & (at_top > 2.0 * exact_err * t * t * (1.0 + f64_err) + 2.0 * eta)
+    return apart
+
+
+@njit(inline='always', **_JIT)
+def _summarize(labels, upper, lower, lo, hi, top, gap, a):
+    """The agent's bounds per cluster: the largest upper bound of its rows and the smallest
+    lower minus upper bound, rounded down (0 and inf for a cluster without rows, which
+    never holds an agent back; -1 for one whose rows' bounds touch)."""
+    for k in range(top.shape[1]):
+        top[a, k] = 0.0
+        gap[a, k] = np.inf
+    for row in range(lo, hi):
+        b = labels[row]
+        top[a, b] = max(top[a, b], upper[row])
+        apart = (np.float64(lower[row]) - np.float64(upper[row])) * (1.0 - 2.0 ** -50)
+        gap[a, b] = min(gap[a, b], _store_lower(apart) if apart > 0 else np.float32(-1.0))
+
+
 @njit(**_JIT)
-def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, moved,
-          ready, counters, exact_err, screen_err, f64_err, eta, first, stop):
+def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap, previous,
+          moved, ready, counters, exact_err, screen_err, f64_err, eta, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
@@ -352,19 +394,31 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     pending, pending_low = np.empty(PENDING_ROWS, dtype=np.int64), np.empty(PENDING_ROWS)
     affected = np.empty(n_clusters, dtype=np.bool_)
     gathered = np.empty((dots.shape[0], n_features), dtype=points.dtype)
+    given = moved.shape[0] > 0
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
         _moves(centers, previous, moved, ready, chunk, chunk_stop, move, f64_err, eta)
         for a in range(chunk, chunk_stop):
             lo, hi = offsets[a], offsets[a + 1]
             skipped = screened = assessed = 0
-            if ready[a]:
+            rebased = True                  # whether the rows' bounds are written now
+            if ready[a] and _settled(top, gap, a, move, a - chunk, n_clusters, exact_err, f64_err, eta):
+                # Its rows are not read, and their bounds stay those of the pass that wrote
+                # them: the moves since then add up in `moved` (or are measured from
+                # `previous`) until a pass moves them onto the rows.
+                skipped = hi - lo
+                agent_changed = 0
+                rebased = False
+            elif ready[a]:
                 # Move the bounds by the centers' moves and skip the rows they keep; set the
                 # others aside and assess them together once a block of rows could overfill
                 # the list, and at the agent's end.  Written out here: a call with arrays
                 # costs an agent more than its rows (reference counting).
                 largest, second = move[a - chunk, n_clusters], move[a - chunk, n_clusters + 1]
                 largest_k = move[a - chunk, n_clusters + 2]
+                for k in range(n_clusters):
+                    for j in range(n_features):
+                        center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
                 agent_changed = 0
                 affected[:] = False
                 n_pending = 0
@@ -381,15 +435,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                             n_pending += 1
                     if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
                         skipped -= n_pending
-                        if moved.shape[0]:          # no copy kept: the centers in the data's precision
-                            for k in range(n_clusters):
-                                for j in range(n_features):
-                                    center[k, j] = centers[a, k, j]
-                            agent_centers = center
-                        else:
-                            agent_centers = previous[a]
                         more_changed, more_skipped, more_screened, more_assessed = _assess_pending(
-                            points, sizes, agent_centers, labels, upper, lower, pending, pending_low, n_pending,
+                            points, sizes, center, labels, upper, lower, pending, pending_low, n_pending,
                             exact_err, screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm)
                         agent_changed += more_changed
                         skipped += more_skipped
@@ -419,20 +466,30 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                     agent_changed = _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a,
                                                  rows_t, dist, exact_err, f64_err, eta)
                     assessed = hi - lo
-                if not moved.shape[0]:
-                    previous[a] = center
                 ready[a] = True
+            if rebased:                     # moves count from here
+                if given:
+                    moved[a] = 0.0
+                else:
+                    previous[a] = center
+                _summarize(labels, upper, lower, lo, hi, top, gap, a)
             changed[a] = agent_changed
-            counters[a, 0], counters[a, 1], counters[a, 2] = skipped, screened, assessed
+            counters[0] += skipped
+            counters[1] += screened
+            counters[2] += assessed
+            counters[3] += not rebased
 
 
 @njit(parallel=True, **_JIT)
-def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous,
-                   moved, ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
+                   previous, moved, ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+    each = np.zeros((n_ranges, counters.shape[0]), dtype=counters.dtype)
     for r in prange(n_ranges):
-        _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, previous, moved,
-              ready, counters, exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
+        _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
+              previous, moved, ready, each[r], exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
               (r + 1) * n_agents // n_ranges)
+    for r in range(n_ranges):
+        counters += each[r]
 
 
 @njit(**_JIT)
@@ -476,15 +533,17 @@ class LocalPass:
 
     Pass the same `labels` and `out` arrays to every `run` (the bounds describe
     those labels, and a settled cluster's sums are kept in `out`).  Memory: 8 bytes
-    a row of bounds, 8 more for the row norms when screening, and the block's
-    previous centers in the data's precision, or with `moves_given` K numbers an
-    agent instead: `moved`, to which the caller adds how far each center moves
-    between runs (kernels.center_update does, given `move_terms`), read and reset
-    by each run.  That costs the caller nothing where it computes the new centers
-    anyway, and spares the pass reading two copies of the centers and writing one.
+    a row and 8 K an agent of bounds, 8 more a row for the row norms when screening,
+    and the centers of each agent's last bounds in the data's precision, or with
+    `moves_given` K numbers an agent instead: `moved`, to which the caller adds how
+    far each center moves between runs (kernels.center_update does, given
+    `move_terms`), reset by a run that writes the agent's bounds.  That costs the
+    caller nothing where it computes the new centers anyway, and spares the pass
+    reading two copies of the centers.
 
     rows_skipped, rows_screened, rows_exact : of the last run, rows whose label the
-    bounds kept, rows the GEMM screening assigned, rows assessed per feature.
+    bounds kept, rows the GEMM screening assigned, rows assessed per feature;
+    agents_kept : agents whose rows it did not read (their clusters' bounds kept them all).
     """
 
     def __init__(self, points: np.ndarray, offsets: np.ndarray, n_clusters: int, weights: np.ndarray = UNWEIGHTED,
@@ -495,11 +554,13 @@ class LocalPass:
         n_agents = len(self.offsets) - 1
         self.upper = written_zeros(n_rows, np.float32)
         self.lower = written_zeros(n_rows, np.float32)
+        self.top = written_zeros((n_agents, n_clusters), np.float32)
+        self.gap = written_zeros((n_agents, n_clusters), np.float32)
         kept = 0 if moves_given else n_agents
         self.previous = written_zeros((kept, n_clusters, n_features), points.dtype)
         self.moved = written_zeros((n_agents - kept, n_clusters))
         self.ready = np.zeros(n_agents, dtype=np.bool_)
-        self.counters = np.zeros((n_agents, 3), dtype=np.int64)
+        self.counters = np.zeros(4, dtype=np.int64)
         screening = n_features >= SCREEN_FEATURES and bool((np.diff(self.offsets) >= SCREEN_ROWS).any())
         self.sizes = _row_sizes(points) if screening else np.zeros(0)
         self.errors = (_gamma(n_features + 2, points.dtype), _gamma(n_features, points.dtype),
@@ -508,7 +569,7 @@ class LocalPass:
         #: centers rounded to float32 (the data's precision), the float64 error of a move's
         #: square root and sum, and the absolute term for underflow.
         self.move_terms = (points.dtype == np.float32, *self.errors[2:])
-        self.rows_skipped = self.rows_screened = self.rows_exact = 0
+        self.rows_skipped = self.rows_screened = self.rows_exact = self.agents_kept = 0
 
     def run(self, centers: np.ndarray, labels: np.ndarray, out: tuple) -> tuple[np.ndarray, np.ndarray, int]:
         """Assign each row to its agent's nearest center (ties: the lowest index) and add
@@ -519,10 +580,11 @@ class LocalPass:
         counts (L, K) (the clusters' weights) and the number of rows whose label changed.
         """
         sums, counts, _, changed = out
+        self.counters[:] = 0
         in_parallel(_pass, _pass_parallel, len(centers), self.points, self.weights, self.offsets, self.sizes,
-                    centers, labels, sums, counts, changed, self.upper, self.lower, self.previous, self.moved,
-                    self.ready, self.counters, *self.errors)
-        self.rows_skipped, self.rows_screened, self.rows_exact = (int(c) for c in self.counters.sum(axis=0))
+                    centers, labels, sums, counts, changed, self.upper, self.lower, self.top, self.gap,
+                    self.previous, self.moved, self.ready, self.counters, *self.errors)
+        self.rows_skipped, self.rows_screened, self.rows_exact, self.agents_kept = (int(c) for c in self.counters)
         return sums, counts, int(changed.sum())
 
     def sse(self, centers: np.ndarray, labels: np.ndarray, out: np.ndarray) -> np.ndarray:

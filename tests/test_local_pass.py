@@ -63,7 +63,7 @@ class Pair:
         self.ref_labels = self.labels.copy()
         self.ref_out = kernels.accumulators(self.n_agents, n_clusters, p)
         self.passes = 0
-        self.history = []          # (changed, skipped, screened, exact) per pass
+        self.history = []          # (changed, skipped, screened, exact, agents kept) per pass
 
     def step(self, centers, check_sse=True):
         """One pass of each; everything compared bit for bit.  Returns copies of the
@@ -97,6 +97,7 @@ class Pair:
         assert isinstance(changed, numbers.Integral), f"{where}: changed is {type(changed)}"
         assert changed == ref_changed, f"{where}: changed {changed} != oracle {ref_changed}"
 
+        assert_bounds_hold(self.local, self.points, self.offsets, given_centers, self.labels, where)
         counters = (self.local.rows_skipped, self.local.rows_screened, self.local.rows_exact)
         assert all(isinstance(c, numbers.Integral) and c >= 0 for c in counters), f"{where}: counters {counters}"
         assert sum(counters) == len(self.points), f"{where}: skipped+screened+exact {counters} != {len(self.points)}"
@@ -111,8 +112,42 @@ class Pair:
                 a = int(np.flatnonzero(out_sse.view(np.int64) != ref_sse.view(np.int64))[0])
                 pytest.fail(f"{where}: sse of agent {a} {out_sse[a]!r} != oracle {ref_sse[a]!r}")
         self.passes += 1
-        self.history.append((int(ref_changed),) + tuple(int(c) for c in counters))
+        assert 0 <= self.local.agents_kept <= self.n_agents, f"{where}: {self.local.agents_kept} agents kept"
+        self.history.append((int(ref_changed),) + tuple(int(c) for c in counters) + (self.local.agents_kept,))
         return ref_sums.copy(), ref_counts.copy(), int(ref_changed)
+
+
+def assert_bounds_hold(local, points, offsets, centers, labels, where):
+    """What makes every skip sound, after a pass: each row's stored bounds, moved by how far
+    its agent's centers moved since they were written (`moved`, or the distance from
+    `previous`), hold the row's true distances to the centers just passed, in float64 from
+    the data's precision; and each agent's cluster bounds hold those of its rows."""
+    rows = np.flatnonzero(local.ready[np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))])
+    if not len(rows):
+        return
+    agent = np.searchsorted(offsets, rows, side="right") - 1
+    exact = centers.astype(points.dtype).astype(np.float64)
+    if local.moved.shape[0]:
+        moves = local.moved
+    else:
+        moves = np.sqrt(((exact - local.previous.astype(np.float64)) ** 2).sum(axis=2))
+    dist = np.sqrt(((points[rows].astype(np.float64)[:, None, :] - exact[agent]) ** 2).sum(axis=2))
+    label = labels[rows]
+    own = dist[np.arange(len(rows)), label]
+    mask = np.zeros_like(dist, dtype=bool)
+    mask[np.arange(len(rows)), label] = True
+    other = np.where(mask, np.inf, dist).min(axis=1)
+    other_move = np.where(mask, 0.0, moves[agent]).max(axis=1)
+    upper, lower = local.upper[rows].astype(np.float64), local.lower[rows].astype(np.float64)
+    slack = 1e-12
+    bad = np.flatnonzero(upper + moves[agent, label] < own * (1 - slack))
+    assert not len(bad), f"{where}: row {rows[bad[0]]}'s upper bound {upper[bad[0]]} + move falls below {own[bad[0]]}"
+    bad = np.flatnonzero(lower - other_move > other * (1 + slack))
+    assert not len(bad), f"{where}: row {rows[bad[0]]}'s lower bound {lower[bad[0]]} - move exceeds {other[bad[0]]}"
+    assert (local.top[agent, label] >= local.upper[rows]).all(), f"{where}: an agent's cluster bound below a row's"
+    with np.errstate(invalid="ignore"):             # bounds beyond float32 are inf
+        apart = np.where(lower > upper, lower - upper, 0.0)
+    assert (local.gap[agent, label] <= apart).all(), f"{where}: an agent's cluster gap above a row's"
 
 
 # ----------------------------------------------------------------- data and centers
@@ -238,7 +273,6 @@ def drive_given_moves(points, offsets, k, rng, kinds, steps):
             centers = updated_towards(centers, next_centers(centers, sums, counts, kinds[t - 1], rng, scale),
                                       pair.local, steps)
         sums, counts, _ = pair.step(centers.copy())
-        assert not pair.local.moved.any(), f"pass {t} did not reset the moves it read"
     return pair
 
 
@@ -570,6 +604,26 @@ def test_settling_run_engages_the_bounds(dtype, threads):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("moves_given", [False, True])
+def test_settled_agents_are_kept_without_reading_their_rows(dtype, moves_given, threads):
+    """Many small agents (16 rows each, as in a sensor network) settling: once the centers
+    hardly move, most agents are kept whole on their clusters' bounds while the moves add
+    up, every label still the oracle's and every row's bounds, moved, still holding its
+    true distances (Pair.step); a big move then opens them again."""
+    rng = np.random.default_rng(22)
+    points, offsets = blobs(rng, [16] * 300, 6, dtype, n_blobs=4, sep=12.0)
+    kinds = [("lloyd", 0.0)] * 4 + [("lloyd", float(e)) for e in np.geomspace(1e-4, 1e-7, 8)] + [("jump", 3.0)]
+    if moves_given:
+        history = drive_given_moves(points, offsets, 4, rng, kinds, 2).history
+    else:
+        history = drive(points, offsets, 4, rng, kinds=kinds).history
+    kept = [h[4] for h in history]
+    assert kept[0] == 0
+    assert all(n > 250 for n in kept[-5:-1]), f"agents kept whole per pass {kept} of 300"
+    assert kept[-1] < kept[-2], f"a jump of the centers kept as many agents: {kept}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("steps", [1, 3])
 @pytest.mark.parametrize("p", [3, 32])
 def test_moves_measured_by_the_updates(dtype, steps, p, threads):
@@ -608,7 +662,7 @@ def test_counters_add_up(dtype):
     rng = np.random.default_rng(16)
     points, offsets = blobs(rng, [100, 0, 700, 3], 4, dtype)
     pair = drive(points, offsets, 5, rng, kinds=standard_schedule(20))
-    assert all(sum(h[1:]) == len(points) for h in pair.history)
+    assert all(sum(h[1:4]) == len(points) for h in pair.history)
     assert pair.history[0][1] == 0
 
 
