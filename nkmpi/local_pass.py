@@ -366,18 +366,21 @@ def _settled(top, gap, a, move, i, n_clusters, exact_err, f64_err, eta):
 
 
 @njit(inline='always', **_JIT)
-def _summarize(labels, upper, lower, lo, hi, top, gap, a):
-    """The agent's bounds per cluster: the largest upper bound of its rows and the smallest
-    lower minus upper bound, rounded down (0 and inf for a cluster without rows, which
-    never holds an agent back; -1 for one whose rows' bounds touch)."""
+def _open_summary(top, gap, a):
+    """An agent's bounds per cluster before any row is folded in (_fold_row): 0 and inf, which
+    a cluster without rows keeps and which then never holds the agent back."""
     for k in range(top.shape[1]):
         top[a, k] = 0.0
         gap[a, k] = np.inf
-    for row in range(lo, hi):
-        b = labels[row]
-        top[a, b] = max(top[a, b], upper[row])
-        apart = (np.float64(lower[row]) - np.float64(upper[row])) * (1.0 - 2.0 ** -50)
-        gap[a, b] = min(gap[a, b], _store_lower(apart) if apart > 0 else np.float32(-1.0))
+
+
+@njit(inline='always', **_JIT)
+def _fold_row(top, gap, a, label, up, low):
+    """Fold a row's stored bounds into its agent's: the largest upper bound of a cluster's rows
+    and the smallest lower minus upper bound, rounded down (-1 where a row's bounds touch)."""
+    top[a, label] = max(top[a, label], up)
+    apart = (np.float64(low) - np.float64(up)) * (1.0 - 2.0 ** -50)
+    gap[a, label] = min(gap[a, label], _store_lower(apart) if apart > 0 else np.float32(-1.0))
 
 
 @njit(**_JIT)
@@ -392,6 +395,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     rows_t = np.zeros((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
     dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)
     pending, pending_low = np.empty(PENDING_ROWS, dtype=np.int64), np.empty(PENDING_ROWS)
+    listed = np.empty(PENDING_ROWS, dtype=np.int64)
     affected = np.empty(n_clusters, dtype=np.bool_)
     gathered = np.empty((dots.shape[0], n_features), dtype=points.dtype)
     given = moved.shape[0] > 0
@@ -422,6 +426,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                 agent_changed = 0
                 affected[:] = False
                 n_pending = 0
+                _open_summary(top, gap, a)          # each row folded in once its bounds are written
                 for start in range(lo, hi, ROW_TILE):
                     rows_stop = min(start + ROW_TILE, hi)
                     for row in range(start, rows_stop):
@@ -430,10 +435,12 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
                         if low > 0 and _separated(up * up, low * low, exact_err, eta):
                             upper[row], lower[row] = _store_upper(up), _store_lower(low)
+                            _fold_row(top, gap, a, b, upper[row], lower[row])
                         else:
                             pending[n_pending], pending_low[n_pending] = row, low
                             n_pending += 1
                     if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
+                        listed[:n_pending] = pending[:n_pending]    # _assess_pending reorders `pending`
                         skipped -= n_pending
                         more_changed, more_skipped, more_screened, more_assessed = _assess_pending(
                             points, sizes, center, labels, upper, lower, pending, pending_low, n_pending,
@@ -442,6 +449,9 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         skipped += more_skipped
                         screened += more_screened
                         assessed += more_assessed
+                        for q in range(n_pending):
+                            row = listed[q]
+                            _fold_row(top, gap, a, labels[row], upper[row], lower[row])
                         n_pending = 0
                 skipped += hi - lo
                 if agent_changed:        # else the sums of the same rows in the same order stand
@@ -467,12 +477,14 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                                                  rows_t, dist, exact_err, f64_err, eta)
                     assessed = hi - lo
                 ready[a] = True
+                _open_summary(top, gap, a)
+                for row in range(lo, hi):
+                    _fold_row(top, gap, a, labels[row], upper[row], lower[row])
             if rebased:                     # moves count from here
                 if given:
                     moved[a] = 0.0
                 else:
                     previous[a] = center
-                _summarize(labels, upper, lower, lo, hi, top, gap, a)
             changed[a] = agent_changed
             counters[0] += skipped
             counters[1] += screened
