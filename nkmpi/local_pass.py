@@ -3,7 +3,7 @@
 Labels, cluster sums, counts and changed rows are bit for bit those of the
 per-feature kernel (kernels.assign_and_accumulate, the reference path), which
 computes every distance sum_j (x_j - c_j)^2 in the data's precision and takes
-the first smallest.  Three ideas skip most of that work without changing a bit:
+the first smallest.  These ideas skip most of that work without changing a bit:
 
 * Certified screening (agents of at least SCREEN_ROWS rows, p >= SCREEN_FEATURES):
   ||x||^2 - 2 x.c + ||c||^2 by BLAS GEMM over tiles of rows.  Where the gap
@@ -22,6 +22,9 @@ the first smallest.  Three ideas skip most of that work without changing a bit:
   moves since then add up (a distance moved in steps is at least the distance
   from the start) until a pass applies them.  In a run's consensus tail a settled
   pass then reads 2K numbers an agent and its moves, not every row's bounds.
+* Lazy passes: an agent whose last bounded pass opened few rows keeps its
+  bounds' base; its pass only reads the rows its bounds keep and writes back the
+  rows it opens, restated as of that base, instead of rewriting every row.
 * Settled clusters: a cluster no row of its agent left or joined keeps its sum
   and count, identical to recomputing them (the same rows in the same order);
   only the others are summed again.
@@ -57,11 +60,17 @@ PENDING_ROWS = 4 * ROW_TILE
 TILE = 1024
 #: Agents whose center moves are computed together, ahead of their rows.
 AGENT_CHUNK = 64
+#: An agent's pass keeps its bounds' base (lazy) when its last pass opened fewer than one row
+#: in LAZY_OPEN (a pass without bounds opens them all): a row assessed anew costs about as
+#: much as LAZY_OPEN rows rewritten.
+LAZY_OPEN = 64
 #: Smallest normals allowed per distance for underflow (products that flush to zero).
 ETA_ULPS = 8.0
 #: float32 storage of the bounds: pad by 2^-22 so that rounding to nearest stays outwards.
 _PAD = 2.0 ** -22
 _FLOAT32_MAX, _FLOAT32_TINY = 3.0e38, 1e-37
+#: The gap of an agent's cluster with no rows.
+_GAP_NONE = np.float32(np.finfo(np.float32).max)
 
 
 def _gamma(n, dtype):
@@ -366,12 +375,25 @@ def _settled(top, gap, a, move, i, n_clusters, exact_err, f64_err, eta):
 
 
 @njit(inline='always', **_JIT)
+def _to_base(upper, lower, row, own_move, largest, f64_err):
+    """A row's bounds, just written as of the current centers, restated as of its agent's
+    base (a lazy pass, moves measured from `previous`): the upper bound grows by its own
+    center's move since the base and the lower bound shrinks by the largest move.  A later
+    pass moves them by the distance from the base again, and |c_now - c| <= |c_now - c_base|
+    + |c_base - c| keeps both true.  Moves summed over the updates need none of this: their
+    sum since the base is the sum up to now plus the moves after."""
+    upper[row] = _store_upper((np.float64(upper[row]) + own_move) * (1.0 + f64_err))
+    lower[row] = _store_lower((np.float64(lower[row]) - largest) * (1.0 - f64_err))
+
+
+@njit(inline='always', **_JIT)
 def _open_summary(top, gap, a):
-    """An agent's bounds per cluster before any row is folded in (_fold_row): 0 and inf, which
-    a cluster without rows keeps and which then never holds the agent back."""
+    """An agent's bounds per cluster before any row is folded in (_fold_row): 0 and the float32
+    maximum, which a cluster without rows keeps and which then never holds the agent back
+    (finite: with no move, _settled's 2 t delta is 0, where inf would make it NaN)."""
     for k in range(top.shape[1]):
         top[a, k] = 0.0
-        gap[a, k] = np.inf
+        gap[a, k] = _GAP_NONE
 
 
 @njit(inline='always', **_JIT)
@@ -385,7 +407,7 @@ def _fold_row(top, gap, a, label, up, low):
 
 @njit(**_JIT)
 def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap, previous,
-          moved, ready, counters, exact_err, screen_err, f64_err, eta, first, stop):
+          moved, ready, opened, counters, exact_err, screen_err, f64_err, eta, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
@@ -405,40 +427,57 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
         for a in range(chunk, chunk_stop):
             lo, hi = offsets[a], offsets[a + 1]
             skipped = screened = assessed = 0
-            rebased = True                  # whether the rows' bounds are written now
+            rebased = kept = False          # every row's bounds written as of now; no row read
             if ready[a] and _settled(top, gap, a, move, a - chunk, n_clusters, exact_err, f64_err, eta):
                 # Its rows are not read, and their bounds stay those of the pass that wrote
                 # them: the moves since then add up in `moved` (or are measured from
                 # `previous`) until a pass moves them onto the rows.
                 skipped = hi - lo
                 agent_changed = 0
-                rebased = False
+                kept = True
+                if opened[a]:               # it opened none
+                    opened[a] = 0
             elif ready[a]:
-                # Move the bounds by the centers' moves and skip the rows they keep; set the
-                # others aside and assess them together once a block of rows could overfill
-                # the list, and at the agent's end.  Written out here: a call with arrays
-                # costs an agent more than its rows (reference counting).
-                largest, second = move[a - chunk, n_clusters], move[a - chunk, n_clusters + 1]
-                largest_k = move[a - chunk, n_clusters + 2]
+                # Test each row's bounds, moved by the centers' moves, and skip the rows they
+                # keep; set the others aside and assess them together once a block of rows
+                # could overfill the list, and at the agent's end.  While few rows open, the
+                # bounds keep their base (lazy): a kept row is only read, and a row assessed
+                # anew is written back as of that base.  Else every kept row's bounds are
+                # rewritten as of now (rebased), so that the moves start again from zero.
+                # Written out here: a call with arrays costs an agent more than its rows
+                # (reference counting).
+                i = a - chunk
+                largest, second, largest_k = move[i, n_clusters], move[i, n_clusters + 1], move[i, n_clusters + 2]
                 for k in range(n_clusters):
                     for j in range(n_features):
                         center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
                 agent_changed = 0
                 affected[:] = False
-                n_pending = 0
-                _open_summary(top, gap, a)          # each row folded in once its bounds are written
+                n_pending = n_opened = 0
+                rebased = opened[a] * LAZY_OPEN >= hi - lo
+                if rebased:
+                    _open_summary(top, gap, a)      # each row folded in once its bounds are written
                 for start in range(lo, hi, ROW_TILE):
                     rows_stop = min(start + ROW_TILE, hi)
-                    for row in range(start, rows_stop):
-                        b = labels[row]
-                        up = (np.float64(upper[row]) + move[a - chunk, b]) * (1.0 + f64_err)
-                        low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
-                        if low > 0 and _separated(up * up, low * low, exact_err, eta):
-                            upper[row], lower[row] = _store_upper(up), _store_lower(low)
-                            _fold_row(top, gap, a, b, upper[row], lower[row])
-                        else:
-                            pending[n_pending], pending_low[n_pending] = row, low
-                            n_pending += 1
+                    if rebased:
+                        for row in range(start, rows_stop):
+                            b = labels[row]
+                            up = (np.float64(upper[row]) + move[i, b]) * (1.0 + f64_err)
+                            low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
+                            if low > 0 and _separated(up * up, low * low, exact_err, eta):
+                                upper[row], lower[row] = _store_upper(up), _store_lower(low)
+                                _fold_row(top, gap, a, b, upper[row], lower[row])
+                            else:
+                                pending[n_pending], pending_low[n_pending] = row, low
+                                n_pending += 1
+                    else:
+                        for row in range(start, rows_stop):
+                            b = labels[row]
+                            up = (np.float64(upper[row]) + move[i, b]) * (1.0 + f64_err)
+                            low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
+                            if not (low > 0 and _separated(up * up, low * low, exact_err, eta)):
+                                pending[n_pending], pending_low[n_pending] = row, low
+                                n_pending += 1
                     if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
                         listed[:n_pending] = pending[:n_pending]    # _assess_pending reorders `pending`
                         skipped -= n_pending
@@ -451,8 +490,12 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         assessed += more_assessed
                         for q in range(n_pending):
                             row = listed[q]
+                            if not (rebased or given):      # summed moves hold from any pass on
+                                _to_base(upper, lower, row, move[i, labels[row]], largest, f64_err)
                             _fold_row(top, gap, a, labels[row], upper[row], lower[row])
+                        n_opened += n_pending
                         n_pending = 0
+                opened[a] = n_opened
                 skipped += hi - lo
                 if agent_changed:        # else the sums of the same rows in the same order stand
                     for k in range(n_clusters):     # so do those of clusters no row left or joined
@@ -477,6 +520,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                                                  rows_t, dist, exact_err, f64_err, eta)
                     assessed = hi - lo
                 ready[a] = True
+                rebased = True
+                opened[a] = hi - lo             # the next pass, early in a run, rebases: the centers still jump
                 _open_summary(top, gap, a)
                 for row in range(lo, hi):
                     _fold_row(top, gap, a, labels[row], upper[row], lower[row])
@@ -489,16 +534,16 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
             counters[0] += skipped
             counters[1] += screened
             counters[2] += assessed
-            counters[3] += not rebased
+            counters[3] += kept
 
 
 @njit(parallel=True, **_JIT)
 def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
-                   previous, moved, ready, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+                   previous, moved, ready, opened, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
     each = np.zeros((n_ranges, counters.shape[0]), dtype=counters.dtype)
     for r in prange(n_ranges):
         _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
-              previous, moved, ready, each[r], exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
+              previous, moved, ready, opened, each[r], exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
               (r + 1) * n_agents // n_ranges)
     for r in range(n_ranges):
         counters += each[r]
@@ -545,7 +590,7 @@ class LocalPass:
 
     Pass the same `labels` and `out` arrays to every `run` (the bounds describe
     those labels, and a settled cluster's sums are kept in `out`).  Memory: 8 bytes
-    a row and 8 K an agent of bounds, 8 more a row for the row norms when screening,
+    a row and 8 K + 4 an agent of bounds, 8 more a row for the row norms when screening,
     and the centers of each agent's last bounds in the data's precision, or with
     `moves_given` K numbers an agent instead: `moved`, to which the caller adds how
     far each center moves between runs (kernels.center_update does, given
@@ -572,6 +617,7 @@ class LocalPass:
         self.previous = written_zeros((kept, n_clusters, n_features), points.dtype)
         self.moved = written_zeros((n_agents - kept, n_clusters))
         self.ready = np.zeros(n_agents, dtype=np.bool_)
+        self.opened = np.zeros(n_agents, dtype=np.int32)
         self.counters = np.zeros(4, dtype=np.int64)
         screening = n_features >= SCREEN_FEATURES and bool((np.diff(self.offsets) >= SCREEN_ROWS).any())
         self.sizes = _row_sizes(points) if screening else np.zeros(0)
@@ -595,7 +641,7 @@ class LocalPass:
         self.counters[:] = 0
         in_parallel(_pass, _pass_parallel, len(centers), self.points, self.weights, self.offsets, self.sizes,
                     centers, labels, sums, counts, changed, self.upper, self.lower, self.top, self.gap,
-                    self.previous, self.moved, self.ready, self.counters, *self.errors)
+                    self.previous, self.moved, self.ready, self.opened, self.counters, *self.errors)
         self.rows_skipped, self.rows_screened, self.rows_exact, self.agents_kept = (int(c) for c in self.counters)
         return sums, counts, int(changed.sum())
 

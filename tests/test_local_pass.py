@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nkmpi import kernels
 from nkmpi.formats.dataset import coordinate_limit
-from nkmpi.local_pass import LocalPass
+from nkmpi.local_pass import LAZY_OPEN, LocalPass
 
 DTYPES = [np.float64, np.float32]
 
@@ -621,6 +621,43 @@ def test_settled_agents_are_kept_without_reading_their_rows(dtype, moves_given, 
     assert kept[0] == 0
     assert all(n > 250 for n in kept[-5:-1]), f"agents kept whole per pass {kept} of 300"
     assert kept[-1] < kept[-2], f"a jump of the centers kept as many agents: {kept}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("moves_given", [False, True])
+def test_agent_with_an_empty_cluster_is_kept_when_nothing_moved(dtype, moves_given, threads):
+    """A cluster without rows never holds its agent back, also when no center has moved
+    since its bounds were written (no update between two passes: every move is zero)."""
+    rng = np.random.default_rng(24)
+    points, offsets = blobs(rng, [40] * 5, 3, dtype, n_blobs=1)
+    centers = np.stack([np.stack([points[offsets[a]:offsets[a + 1]].mean(axis=0).astype(np.float64),
+                                  np.full(3, 1e3)]) for a in range(5)])
+    pair = Pair(points, offsets, 2, moves_given=moves_given)
+    pair.step(centers)
+    pair.step(centers)
+    assert pair.history[1][4] == 5, f"agents kept whole on the second pass: {pair.history[1][4]} of 5"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lazy_pass_writes_rows_as_of_its_base(dtype, threads):
+    """A pass that opens few rows keeps its agent's base: the rows it assesses anew are
+    written as of the centers its moves are measured from, so that they still hold when the
+    centers come back there (moves measured from `previous`: a distance, not a sum)."""
+    rng = np.random.default_rng(23)
+    near_tie = rng.uniform(0.01, 0.05, 10) * rng.choice([-1.0, 1.0], 10)
+    points = np.concatenate([rng.standard_normal((1500, 2)) * 0.5 + [-5.0, 0.0],
+                             rng.standard_normal((1500, 2)) * 0.5 + [5.0, 0.0],
+                             np.column_stack([near_tie, np.zeros(10)])]).astype(dtype)
+    offsets = offsets_of([len(points)])
+    base = np.array([[[-5.0, 0.0], [5.0, 0.0], [0.0, 50.0]]])
+    toward = base.copy()
+    toward[0, :2, 0] += 0.2                 # nearer and farther from the rows at the tie: they open, few
+    pair = Pair(points, offsets, 3)
+    for centers in (base, base, toward, base):
+        pair.step(centers)
+    opened = [h[2] + h[3] for h in pair.history]
+    assert 0 < opened[2] * LAZY_OPEN < len(points), f"rows assessed per pass {opened}"
+    assert (pair.local.previous == base.astype(dtype)).all(), "the lazy pass moved its agent's base"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
