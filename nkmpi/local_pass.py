@@ -22,8 +22,8 @@ the first smallest.  These ideas skip most of that work without changing a bit:
   moves since then add up (a distance moved in steps is at least the distance
   from the start) until a pass applies them.  In a run's consensus tail a settled
   pass then reads 2K numbers an agent and its moves, not every row's bounds.
-* Lazy passes: an agent whose last bounded pass opened few rows keeps its
-  bounds' base; its pass only reads the rows its bounds keep and writes back the
+* Lazy passes: an agent whose last pass opened few rows keeps its bounds'
+  base; its pass only reads the rows its bounds keep and writes back the
   rows it opens, restated as of that base, instead of rewriting every row.
 * Settled clusters: a cluster no row of its agent left or joined keeps its sum
   and count, identical to recomputing them (the same rows in the same order);
