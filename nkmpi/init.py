@@ -145,25 +145,50 @@ INIT_METHODS = {NETWORK_SEEDING: "k-means++ on summaries merged over the whole n
 
 @njit(cache=True, nogil=True)
 def adopt_from_neighbours(centers: np.ndarray, centers_ext: np.ndarray, nbr_ptr: np.ndarray,
-                          nbr_idx: np.ndarray) -> int:
+                          nbr_idx: np.ndarray, changed: np.ndarray, boundary: np.ndarray,
+                          queued: np.ndarray) -> np.ndarray:
     """One flood round on a block, in place: each agent without centers takes those
     of its lowest-numbered neighbour that had them at the start of the round
     (neighbours listed ascending).  `centers` may be the first rows of
-    `centers_ext`.  Returns how many agents still lack centers.
+    `centers_ext`.  Returns the agents that took centers, the next round's `changed`.
+
+    Only agents that can take centers are looked at, so that a round costs what
+    changed, not the block: a neighbour of `changed` (the agents that got centers
+    in the last round; at the first round, every seeded one), or an agent of
+    `boundary` (those with a neighbour on another rank, whose centers arrive by
+    the exchange).  An agent with a neighbour that had centers one round earlier
+    took them then.  `queued` : (L,) bool scratch, all False, left all False.
     """
-    adopters, sources = [], []
-    for a in range(centers.shape[0]):
-        if np.isnan(centers[a, 0, 0]):
-            for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
-                row = nbr_idx[e]
-                if not np.isnan(centers_ext[row, 0, 0]):
-                    adopters.append(a)
-                    sources.append(row)
-                    break
-    for i in range(len(adopters)):          # after the scan: a round sees only the old state
+    n_local = centers.shape[0]
+    candidates = np.empty(n_local, dtype=np.int64)
+    n_candidates = 0
+    for i in range(changed.shape[0]):
+        a = changed[i]
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            row = nbr_idx[e]
+            if row < n_local and not queued[row] and np.isnan(centers[row, 0, 0]):
+                queued[row] = True
+                candidates[n_candidates] = row
+                n_candidates += 1
+    for i in range(boundary.shape[0]):
+        a = boundary[i]
+        if not queued[a] and np.isnan(centers[a, 0, 0]):
+            queued[a] = True
+            candidates[n_candidates] = a
+            n_candidates += 1
+    adopters = np.empty(n_candidates, dtype=np.int64)
+    sources = np.empty(n_candidates, dtype=np.int64)
+    n_adopters = 0
+    for i in range(n_candidates):
+        a = candidates[i]
+        queued[a] = False
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            row = nbr_idx[e]
+            if not np.isnan(centers_ext[row, 0, 0]):
+                adopters[n_adopters] = a
+                sources[n_adopters] = row
+                n_adopters += 1
+                break
+    for i in range(n_adopters):             # after the scan: a round sees only the old state
         centers[adopters[i]] = centers_ext[sources[i]]
-    lacking = 0
-    for a in range(centers.shape[0]):
-        if np.isnan(centers[a, 0, 0]):
-            lacking += 1
-    return lacking
+    return adopters[:n_adopters]

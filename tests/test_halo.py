@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from nkmpi import kernels
 from nkmpi.graph import BlockOwners, Network, build_network
 from nkmpi.halo import CONTROL, HaloPlan, rank_eccentricity
+from nkmpi.init import adopt_from_neighbours
 
 from conftest import agent_edge_sum
 
@@ -158,3 +159,55 @@ def test_rank_eccentricity_is_networkx_eccentricity(n_ranks):
         [expected[rank] for rank in range(n_ranks)]
 
 
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 4), st.floats(0.0, 0.4), st.integers(0, 2**32 - 1))
+def test_flood_rounds_take_what_every_agent_would_take(n_agents, n_ranks, p, seed):
+    """adopt_from_neighbours, which looks only at agents next to a change, against the rule
+    it implements applied to every agent: each agent without centers takes those of its
+    lowest-numbered neighbour that had them at the start of the round.  Every rank's
+    block goes through its plan and an exchange of its ghosts, round by round."""
+    rng = np.random.default_rng(seed)
+    pairs = np.argwhere(np.triu(rng.random((n_agents, n_agents)) < p, 1))
+    network = Network.from_edges(n_agents, pairs)
+    owner = rng.integers(0, n_ranks, size=n_agents)
+    owner[0] = n_ranks - 1
+    plans = all_plans(network, owner)
+    expected = np.full((n_agents, 2, 3), np.nan)
+    seeded = rng.random(n_agents) < 0.15
+    seeded[rng.integers(n_agents)] = True
+    expected[seeded] = rng.standard_normal((int(seeded.sum()), 2, 3))
+    exts = [np.full((plan.n_ext, 2, 3), 7.0) for plan in plans]     # control rows: never a source
+    changed = []
+    for plan, ext in zip(plans, exts):
+        ext[:plan.n_local] = expected[plan.agents]
+        changed.append(np.flatnonzero(seeded[plan.agents]))
+    boundaries = [np.unique(plan.send_index[plan.send_index != CONTROL]) for plan in plans]
+    queued = [np.zeros(plan.n_local, dtype=bool) for plan in plans]
+    for _ in range(n_agents + 1):
+        before = expected.copy()
+        for m in range(n_agents):
+            if np.isnan(before[m, 0, 0]):
+                for neighbour in network.neighbours(m):             # ascending: lowest id wins
+                    if not np.isnan(before[neighbour, 0, 0]):
+                        expected[m] = before[neighbour]
+                        break
+        for plan, ext in zip(plans, exts):                          # the exchange
+            ghosts = plan.recv_ids != CONTROL
+            ext[plan.n_local:][ghosts] = before[plan.recv_ids[ghosts]]
+        for r, (plan, ext) in enumerate(zip(plans, exts)):
+            taken = adopt_from_neighbours(ext[:plan.n_local], ext, plan.nbr_ptr, plan.nbr_idx, changed[r],
+                                          boundaries[r], queued[r])
+            was_lacking = np.isnan(before[plan.agents, 0, 0])
+            np.testing.assert_array_equal(np.sort(taken), np.flatnonzero(was_lacking & ~np.isnan(
+                expected[plan.agents, 0, 0])))
+            np.testing.assert_array_equal(ext[:plan.n_local], expected[plan.agents])
+            assert not queued[r].any()
+            changed[r] = taken
+        if np.array_equal(before, expected, equal_nan=True):
+            break
+    reached = np.zeros(n_agents, dtype=bool)                        # every agent connected to a seed
+    for component in nx.connected_components(network.to_networkx()):
+        reached[list(component)] = seeded[list(component)].any()
+    np.testing.assert_array_equal(~np.isnan(expected[:, 0, 0]), reached)
