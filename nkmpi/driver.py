@@ -131,8 +131,10 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
     channel = TreeChannel(comm, tree)
     # The previous (one deeper) level's merged summaries: agent ids, row ranges, rows.
     done_ids, done_ptr, done_count, done = (np.zeros(0, np.int64),) * 3 + (np.zeros((0, width)),)
+    by_depth = np.argsort(tree.depth, kind="stable")                 # each level's agents, ascending
+    level_start = np.searchsorted(tree.depth[by_depth], np.arange(tree.height + 2))
     for level in range(tree.height, -1, -1):
-        block = np.flatnonzero(tree.depth == level)
+        block = by_depth[level_start[level]:level_start[level + 1]]
         if not len(block):
             continue
         ids = agents[block]
