@@ -2,6 +2,7 @@
 
 import math
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -172,7 +173,8 @@ def test_center_update_with_faults_against_the_draws():
 @pytest.mark.parametrize("n_updates", [1, 2, 7])
 @pytest.mark.parametrize("faulty", [False, True])
 @pytest.mark.parametrize("k, p, streamed", [(3, 4, False), (2, 4, False), (2, 4, True)])
-def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, threads, k, p, streamed):
+def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, threads, k, p, streamed,
+                                                         monkeypatch):
     """A block without ghosts (every neighbour its own): n updates in one call equal the
     equations applied n times, each from the last, with each update's own fault draws;
     the result lies in the array returned, whatever n's parity; empty clusters, agents of
@@ -206,6 +208,7 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
         expected = new
     current, spare = kernels.written_zeros(start.shape), kernels.written_zeros(start.shape)
     current[:], spare[:] = start, np.nan
+    monkeypatch.setattr(kernels, "NUMBERS_A_THREAD", 0)      # a block this small shared all the same
     kernels.set_threads(threads)
     try:
         got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9, n_updates,
@@ -263,7 +266,7 @@ def test_disagreement_sums_each_agents_edges_so(width, degree):
 
 @pytest.mark.parametrize("faulty", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_update_measures_the_disagreement_of_its_input(faulty, threads):
+def test_update_measures_the_disagreement_of_its_input(faulty, threads, monkeypatch):
     """The update's edge sums are those of the centers it starts from (x(t)), each agent's as
     `agent_edge_sum` gives it, faults or not (the metric counts every edge); the new centers
     are the update's without them; and their exact sum is `edge_disagreement`'s."""
@@ -275,6 +278,7 @@ def test_update_measures_the_disagreement_of_its_input(faulty, threads):
     faults = FaultModel(seed=2, link_failure_prob=0.3, dropout_prob=0.3) if faulty else FaultModel(seed=2)
     problem = ext[:n_local], ext, nbr_ptr, nbr_idx, sums, counts, 4.0, 0.7
     edge_sums = np.full(n_local, np.nan)
+    monkeypatch.setattr(kernels, "NUMBERS_A_THREAD", 0)
     kernels.set_threads(threads)
     try:
         new = kernels.center_update(*problem, faults=faults, update=3, agent_ids=agents, ext_ids=ext_ids,
@@ -290,6 +294,29 @@ def test_update_measures_the_disagreement_of_its_input(faulty, threads):
         math.fsum(kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids))
     with pytest.raises(ValueError, match="edge sums"):
         kernels.center_update(*problem, edge_sums=edge_sums)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread is all numba has here")
+def test_threads_share_only_what_pays_for_their_join():
+    """A kernel call whose threads would each get fewer than NUMBERS_A_THREAD numbers runs
+    on one thread (the parallel kernel is never called); a larger one, or one that does
+    not say its size, is shared."""
+    calls = []
+
+    def kernel(first, stop):
+        calls.append(("one", first, stop))
+
+    def parallel_kernel(n_ranges, n_agents):
+        calls.append(("shared", n_ranges, n_agents))
+
+    kernels.set_threads(2)
+    try:
+        kernels.in_parallel(kernel, parallel_kernel, 300, numbers=2 * kernels.NUMBERS_A_THREAD - 1)
+        kernels.in_parallel(kernel, parallel_kernel, 300, numbers=2 * kernels.NUMBERS_A_THREAD)
+        kernels.in_parallel(kernel, parallel_kernel, 300)
+    finally:
+        kernels.set_threads(1)
+    assert calls == [("one", 0, 300), ("shared", 128, 300), ("shared", 128, 300)]
 
 
 def test_results_do_not_depend_on_threads():
