@@ -34,7 +34,7 @@ from .errors import InputError, agree
 from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
 from .faults import FaultModel
 from .graph import LocalGraph, concat_ranges
-from .halo import CONTROL, HaloPlan, rank_eccentricity
+from .halo import HaloPlan, rank_eccentricity
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
 from .local_pass import LocalPass
 from .memory import release_freed_memory
@@ -195,8 +195,7 @@ def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndar
         for i, seed in seeds.items():
             centers[i] = seed
         plan = exchange.plan
-        changed = np.fromiter(seeds, dtype=np.int64, count=len(seeds))
-        boundary = np.unique(plan.send_index[plan.send_index != CONTROL])
+        changed, boundary = np.fromiter(seeds, dtype=np.int64, count=len(seeds)), plan.boundary()
         queued = np.zeros(len(agents), dtype=bool)
         lacking = len(agents) - len(seeds)
         while comm.allreduce(lacking, op=MPI.SUM) > 0:

@@ -111,6 +111,11 @@ class HaloPlan:
         """Rows of `ext`: the block's agents, then every row received."""
         return len(self.agents) + len(self.recv_ids)
 
+    def boundary(self) -> np.ndarray:
+        """Block indices, ascending, of the agents with a neighbour on another rank (each sent
+        somewhere)."""
+        return np.unique(self.send_index[self.send_index != CONTROL])
+
 
 def _distinct_by_rank(entry_rank: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The entries sorted by rank, then key (an order), and which of them is the first of its

@@ -59,6 +59,8 @@ def check_plans(network, owner):
         np.testing.assert_array_equal(np.flatnonzero(plan.recv_ids == CONTROL), last)
         np.testing.assert_array_equal(plan.control_rows, len(agents) + last)
         assert plan.n_ext == len(ext_ids(plan))
+        np.testing.assert_array_equal(plan.boundary(), [i for i, a in enumerate(agents)
+                                                        if (owner[network.neighbours(a)] != r).any()])
 
         for q in plan.ranks:
             other = plans[q]
@@ -159,8 +161,6 @@ def test_rank_eccentricity_is_networkx_eccentricity(n_ranks):
         [expected[rank] for rank in range(n_ranks)]
 
 
-
-
 @settings(max_examples=80, deadline=None)
 @given(st.integers(1, 30), st.integers(1, 4), st.floats(0.0, 0.4), st.integers(0, 2**32 - 1))
 def test_flood_rounds_take_what_every_agent_would_take(n_agents, n_ranks, p, seed):
@@ -183,7 +183,7 @@ def test_flood_rounds_take_what_every_agent_would_take(n_agents, n_ranks, p, see
     for plan, ext in zip(plans, exts):
         ext[:plan.n_local] = expected[plan.agents]
         changed.append(np.flatnonzero(seeded[plan.agents]))
-    boundaries = [np.unique(plan.send_index[plan.send_index != CONTROL]) for plan in plans]
+    boundaries = [plan.boundary() for plan in plans]
     queued = [np.zeros(plan.n_local, dtype=bool) for plan in plans]
     for _ in range(n_agents + 1):
         before = expected.copy()
