@@ -28,7 +28,7 @@ from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_over
 from .graph import (BlockOwners, block_placement, edge_file, graph_text, local_graph, network_of, not_connected,
                     reads_stored_rows)
 from .init import check_enough_distinct, distinct_rows, weighed_rows
-from .memory import peak_resident_bytes, release_freed_memory, resident_bytes
+from .memory import peak_resident_bytes, release_compiler_code, release_freed_memory, resident_bytes
 from .monitor import LOOP_PHASES
 from .options import Options, resume_keys
 
@@ -411,6 +411,7 @@ class _Run:
                            row_start, row_stop)
             agree(comm, check_resumable, options.resume, resume, options, attrs)
         kernels.warm_up(info.dtype)
+        release_compiler_code()         # the loop runs no LLVM: a rank need not keep its code resident
         memory_before_load = resident_bytes()
         points, offsets, agents = shard.load(), shard.offsets, shard.agents
         weights = shard.load_weights()

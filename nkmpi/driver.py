@@ -37,7 +37,7 @@ from .graph import LocalGraph, concat_ranges
 from .halo import HaloPlan, rank_eccentricity
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
 from .local_pass import LocalPass
-from .memory import release_freed_memory
+from .memory import release_compiler_code, release_freed_memory
 from .monitor import Monitor, PhaseTimer
 from .options import Options
 from .stop import StopAgreement
@@ -289,6 +289,7 @@ class _Loop:
     def run(self, algorithm: _NKMeans | _Lloyd, stop_requested: Callable[[], bool] | None,
             checkpoint: Callable[[BlockResult], None] | None, checkpoint_every: int) -> BlockResult:
         loop_started = self.timer.lap("initialization")
+        release_compiler_code()                 # what set-up's kernels faulted back in: the loop runs no LLVM
         stop = StopAgreement(stop_requested, algorithm.stop_hops)
         if stop.requested_anywhere(self.comm):
             # Stopped during set-up (the seeding can take a while): nothing to save.

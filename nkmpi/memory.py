@@ -5,7 +5,8 @@ what every result records (`rank_peak_resident_bytes`).  Set-up builds large
 temporaries (the graph's rows, the exchange plan) and frees them; arrays below
 glibc malloc's mmap threshold (up to 32 MB, raised as large arrays come and go)
 are freed into the heap and stay resident, so the loop's arrays would stack on
-them.  `release_freed_memory` hands them back between set-up's steps.
+them.  `release_freed_memory` hands them back between set-up's steps, and
+`release_compiler_code` the compiler's code pages once the kernels are loaded.
 """
 
 import ctypes
@@ -33,3 +34,52 @@ def resident_bytes() -> int:
 def peak_resident_bytes() -> int:
     """This process's peak resident memory so far."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+#: The shared library of numba's compiler (llvmlite's LLVM), by the start of its file name.
+COMPILER_LIBRARY = "libllvmlite"
+_MADV_DONTNEED = 4          # Linux's value (asm-generic/mman-common.h)
+
+
+def release_compiler_code() -> int:
+    """Unmap the compiler's code pages from this process once its kernels are loaded; returns
+    the resident bytes let go.
+
+    Loading numba's kernels runs LLVM's start-up code, and the kernel maps the pages around
+    every page it touches: about 68 MB of libllvmlite's text and read-only data stay resident
+    in each rank, counted in its resident memory (what SLURM's accounting and
+    `rank_peak_resident_bytes` report) though all ranks of a node share them through the page
+    cache and the loop never runs LLVM.  madvise(MADV_DONTNEED) drops this process's mapping
+    of them: the file's pages stay in the page cache, and code that runs later (a kernel
+    compiled for new types) faults its pages back in.  Only mappings that cannot be written and
+    hold no private (relocated) page are touched, so nothing but the file's own contents is let
+    go.  Linux only; elsewhere, or on any failure, nothing happens.
+    """
+    try:
+        mappings = _read_mappings()
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError, ValueError):
+        return 0
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    released = 0
+    for (start, stop), perms, path, resident, private in mappings:
+        if os.path.basename(path).startswith(COMPILER_LIBRARY) and "w" not in perms and private == 0 \
+                and resident and madvise(start, stop - start, _MADV_DONTNEED) == 0:
+            released += resident
+    return released
+
+
+def _read_mappings() -> list:
+    """/proc/self/smaps as ((start, stop), perms, path, resident bytes, anonymous bytes) a mapping."""
+    mappings = []
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if not fields[0].endswith(":"):                 # a mapping's header line
+                start, stop = (int(address, 16) for address in fields[0].split("-"))
+                mappings.append([(start, stop), fields[1], fields[5] if len(fields) > 5 else "", 0, 0])
+            elif fields[0] == "Rss:":
+                mappings[-1][3] = int(fields[1]) * 1024
+            elif fields[0] == "Anonymous:":
+                mappings[-1][4] = int(fields[1]) * 1024
+    return mappings

@@ -1,0 +1,67 @@
+"""A rank's memory: letting go of the compiler's code once the kernels are loaded."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+
+# In a fresh interpreter, so that what it measures is the kernels' loading alone.
+RELEASE_THEN_RUN = r"""
+import json
+import numpy as np
+import numba
+from nkmpi import kernels, memory
+
+def library():
+    return [(m[1], m[3], m[4]) for m in memory._read_mappings()
+            if m[2].rsplit("/", 1)[-1].startswith(memory.COMPILER_LIBRARY)]
+
+rng = np.random.default_rng(0)
+points, offsets, centers = rng.standard_normal((300, 5)), np.array([0, 100, 300]), rng.standard_normal((2, 4, 5))
+
+def assign():
+    labels = np.full(len(points), -1, dtype=np.int32)
+    sums, counts, sse, _ = kernels.assign_and_accumulate(points, offsets, centers, labels)
+    return [labels.tolist(), sums.tolist(), counts.tolist(), sse.tolist()]
+
+kernels.warm_up(np.float64)
+before, assigned_before = library(), assign()
+released = memory.release_compiler_code()
+after = library()
+kernels.warm_up(np.float64)             # the loop's kernels again: no compiler code runs
+rerun = library()
+assigned_after = assign()
+
+@numba.njit
+def doubled_sum(x):
+    return (2.0 * x).sum()
+
+compiled = doubled_sum(np.arange(10.0))  # a new kernel: the compiler faults its pages back in
+print(json.dumps(dict(before=before, released=released, after=after, rerun=rerun, compiled=compiled,
+                      same=assigned_before == assigned_after)))
+"""
+
+
+def test_the_compilers_code_is_let_go_and_the_kernels_still_run():
+    out = subprocess.run([sys.executable, "-c", RELEASE_THEN_RUN], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    seen = json.loads(out.splitlines()[-1])
+    before, after, rerun = seen["before"], seen["after"], seen["rerun"]
+    assert before, "numba's compiler library is not mapped"
+    read_only = [i for i, (perms, _, private) in enumerate(before) if "w" not in perms and private == 0]
+    assert sum(before[i][1] for i in read_only) > 0
+    # What was let go is exactly the read-only, unrelocated mappings' resident pages ...
+    assert seen["released"] == sum(before[i][1] for i in read_only)
+    for i, (perms, resident, private) in enumerate(after):
+        if i in read_only:
+            assert resident == 0
+        else:           # ... and no private page: relocated data and writable mappings are as they were
+            assert (perms, resident, private) == tuple(before[i])
+    # Loaded kernels run without the compiler's code, and compute what they did.
+    assert [resident for _, resident, _ in rerun] == [resident for _, resident, _ in after]
+    assert seen["same"]
+    assert seen["compiled"] == 90.0
