@@ -39,6 +39,7 @@ def peak_resident_bytes() -> int:
 #: The shared library of numba's compiler (llvmlite's LLVM), by the start of its file name.
 COMPILER_LIBRARY = "libllvmlite"
 _MADV_DONTNEED = 4          # Linux's value (asm-generic/mman-common.h)
+_HEX_DIGITS = frozenset("0123456789abcdef")     # smaps' header lines start with an address, its fields capitalized
 
 
 def release_compiler_code() -> int:
@@ -56,30 +57,31 @@ def release_compiler_code() -> int:
     go.  Linux only; elsewhere, or on any failure, nothing happens.
     """
     try:
-        mappings = _read_mappings()
+        mappings = library_mappings(COMPILER_LIBRARY)
         madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError, ValueError):
+    except (OSError, AttributeError, ValueError, IndexError):
         return 0
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     released = 0
-    for (start, stop), perms, path, resident, private in mappings:
-        if os.path.basename(path).startswith(COMPILER_LIBRARY) and "w" not in perms and private == 0 \
-                and resident and madvise(start, stop - start, _MADV_DONTNEED) == 0:
+    for (start, stop), perms, resident, private in mappings:
+        if "w" not in perms and private == 0 and resident and madvise(start, stop - start, _MADV_DONTNEED) == 0:
             released += resident
     return released
 
 
-def _read_mappings() -> list:
-    """/proc/self/smaps as ((start, stop), perms, path, resident bytes, anonymous bytes) a mapping."""
-    mappings = []
+def library_mappings(library: str) -> list:
+    """This process's mappings of the shared library whose file name starts with `library`,
+    from /proc/self/smaps: ((start, stop), perms, resident bytes, anonymous bytes) each."""
+    mappings, current = [], None
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
-            fields = line.split()
-            if not fields[0].endswith(":"):                 # a mapping's header line
-                start, stop = (int(address, 16) for address in fields[0].split("-"))
-                mappings.append([(start, stop), fields[1], fields[5] if len(fields) > 5 else "", 0, 0])
-            elif fields[0] == "Rss:":
-                mappings[-1][3] = int(fields[1]) * 1024
-            elif fields[0] == "Anonymous:":
-                mappings[-1][4] = int(fields[1]) * 1024
+            if line[0] in _HEX_DIGITS:                      # a mapping's header: address range, perms, ..., path
+                fields = line.split()
+                current = None
+                if len(fields) > 5 and os.path.basename(fields[5]).startswith(library):
+                    start, stop = (int(address, 16) for address in fields[0].split("-"))
+                    current = [(start, stop), fields[1], 0, 0]
+                    mappings.append(current)
+            elif current is not None and line.startswith(("Rss:", "Anonymous:")):
+                current[2 if line[0] == "R" else 3] = int(line.split()[1]) * 1024
     return mappings

@@ -17,8 +17,8 @@ import numba
 from nkmpi import kernels, memory
 
 def library():
-    return [(m[1], m[3], m[4]) for m in memory._read_mappings()
-            if m[2].rsplit("/", 1)[-1].startswith(memory.COMPILER_LIBRARY)]
+    return [(perms, resident, private) for _, perms, resident, private in memory.library_mappings(
+        memory.COMPILER_LIBRARY)]
 
 rng = np.random.default_rng(0)
 points, offsets, centers = rng.standard_normal((300, 5)), np.array([0, 100, 300]), rng.standard_normal((2, 4, 5))
