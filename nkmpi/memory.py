@@ -36,8 +36,9 @@ def peak_resident_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-#: The shared library of numba's compiler (llvmlite's LLVM), by the start of its file name.
-COMPILER_LIBRARY = "libllvmlite"
+#: The shared libraries of numba's compiler, by the start of their file names: llvmlite's, with
+#: LLVM linked in (the wheels), or beside it (builds that link a system or conda libLLVM).
+COMPILER_LIBRARIES = ("libllvmlite", "libLLVM")
 _MADV_DONTNEED = 4          # Linux's value (asm-generic/mman-common.h)
 _HEX_DIGITS = frozenset("0123456789abcdef")     # smaps' header lines start with an address, its fields capitalized
 
@@ -47,7 +48,7 @@ def release_compiler_code() -> int:
     the resident bytes let go.
 
     Loading numba's kernels runs LLVM's start-up code, and the kernel maps the pages around
-    every page it touches: about 68 MB of libllvmlite's text and read-only data stay resident
+    every page it touches: about 68 MB of LLVM's text and read-only data stay resident
     in each rank, counted in its resident memory (what SLURM's accounting and
     `rank_peak_resident_bytes` report) though all ranks of a node share them through the page
     cache and the loop never runs LLVM.  madvise(MADV_DONTNEED) drops this process's mapping
@@ -57,7 +58,7 @@ def release_compiler_code() -> int:
     go.  Linux only; elsewhere, or on any failure, nothing happens.
     """
     try:
-        mappings = library_mappings(COMPILER_LIBRARY)
+        mappings = library_mappings(COMPILER_LIBRARIES)
         madvise = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError, ValueError, IndexError):
         return 0
@@ -69,16 +70,17 @@ def release_compiler_code() -> int:
     return released
 
 
-def library_mappings(library: str) -> list:
-    """This process's mappings of the shared library whose file name starts with `library`,
-    from /proc/self/smaps: ((start, stop), perms, resident bytes, anonymous bytes) each."""
+def library_mappings(libraries: str | tuple[str, ...]) -> list:
+    """This process's mappings of the shared libraries whose file names start with
+    `libraries` (one, or a tuple), from /proc/self/smaps: ((start, stop), perms, resident
+    bytes, anonymous bytes) each."""
     mappings, current = [], None
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             if line[0] in _HEX_DIGITS:                      # a mapping's header: address range, perms, ..., path
                 fields = line.split()
                 current = None
-                if len(fields) > 5 and os.path.basename(fields[5]).startswith(library):
+                if len(fields) > 5 and os.path.basename(fields[5]).startswith(libraries):
                     start, stop = (int(address, 16) for address in fields[0].split("-"))
                     current = [(start, stop), fields[1], 0, 0]
                     mappings.append(current)

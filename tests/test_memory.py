@@ -18,7 +18,7 @@ from nkmpi import kernels, memory
 
 def library():
     return [(perms, resident, private) for _, perms, resident, private in memory.library_mappings(
-        memory.COMPILER_LIBRARY)]
+        memory.COMPILER_LIBRARIES)]
 
 rng = np.random.default_rng(0)
 points, offsets, centers = rng.standard_normal((300, 5)), np.array([0, 100, 300]), rng.standard_normal((2, 4, 5))
