@@ -47,9 +47,9 @@ print(json.dumps(dict(before=before, released=released, after=after, rerun=rerun
 
 
 def test_the_compilers_code_is_let_go_and_the_kernels_still_run():
-    out = subprocess.run([sys.executable, "-c", RELEASE_THEN_RUN], capture_output=True, text=True, timeout=300,
-                         check=True).stdout
-    seen = json.loads(out.splitlines()[-1])
+    proc = subprocess.run([sys.executable, "-c", RELEASE_THEN_RUN], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
     before, after, rerun = seen["before"], seen["after"], seen["rerun"]
     assert before, "numba's compiler library is not mapped"
     read_only = [i for i, (perms, _, private) in enumerate(before) if "w" not in perms and private == 0]
