@@ -11,6 +11,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="
 
 # In a fresh interpreter, so that what it measures is the kernels' loading alone.
 RELEASE_THEN_RUN = r"""
+import gc
 import json
 import numpy as np
 import numba
@@ -29,12 +30,15 @@ def assign():
     return [labels.tolist(), sums.tolist(), counts.tolist(), sse.tolist()]
 
 kernels.warm_up(np.float64)
+gc.collect()
+gc.disable()        # an llvmlite object's finalizer would run LLVM code in the middle
 before, assigned_before = library(), assign()
 released = memory.release_compiler_code()
 after = library()
 kernels.warm_up(np.float64)             # the loop's kernels again: no compiler code runs
 rerun = library()
 assigned_after = assign()
+gc.enable()
 
 @numba.njit
 def doubled_sum(x):
