@@ -358,6 +358,8 @@ def rgg_positions(n_agents: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
 
 #: The finest level of the grid of cells the rgg rows search (4**level cells at most).
 RGG_MAX_LEVEL = 11
+#: Neighbours an agent is first given room for in the rgg rows' buffer (it grows as needed).
+RGG_ROW_GUESS = 32
 
 
 @njit(cache=True, nogil=True)
@@ -397,16 +399,22 @@ def _rgg_scan(positions, cell_start, level, agent, limit, out):
 
 @njit(cache=True, nogil=True)
 def _rgg_rows(positions, cell_start, level, agents, radius):
-    """CSR of `agents`' neighbours in the random geometric graph (_rgg_scan), ascending."""
+    """CSR of `agents`' neighbours in the random geometric graph (_rgg_scan), ascending.
+    One scan an agent: the rows go into a buffer that grows by half when a row would not
+    fit (that row is scanned again), and are copied out at their exact length."""
     limit = radius * radius
     indptr = np.zeros(len(agents) + 1, dtype=np.int64)
-    nothing = np.empty(0, dtype=np.int64)
+    buffer = np.empty(RGG_ROW_GUESS * len(agents) + 1, dtype=np.int64)
     for i in range(len(agents)):
-        indptr[i + 1] = indptr[i] + _rgg_scan(positions, cell_start, level, agents[i], limit, nothing)
-    indices = np.empty(indptr[-1], dtype=np.int64)
-    for i in range(len(agents)):
-        _rgg_scan(positions, cell_start, level, agents[i], limit, indices[indptr[i]:indptr[i + 1]])
-    return indptr, indices
+        start = indptr[i]
+        found = _rgg_scan(positions, cell_start, level, agents[i], limit, buffer[start:])
+        if start + found > len(buffer):
+            grown = np.empty(max(len(buffer) + len(buffer) // 2, start + found), dtype=np.int64)
+            grown[:start] = buffer[:start]
+            buffer = grown
+            _rgg_scan(positions, cell_start, level, agents[i], limit, buffer[start:])
+        indptr[i + 1] = start + found
+    return indptr, buffer[:indptr[-1]].copy()
 
 
 def rgg_level(n_agents: int, radius: float) -> int:
