@@ -278,6 +278,8 @@ def summarize_rows(rows, row_weights, n_groups, min_group, seed, agent):
     n_groups = min(n_groups, kept // min_group)
     if n_groups == 0:
         return np.empty((0, p + 1))
+    if kept == n:                   # as a rule: no copy
+        return _summary_of(rows, row_weights, n_groups, min_group, seed, agent)
     x = np.empty((kept, p))
     weights = np.empty(kept)
     row = 0
@@ -287,14 +289,19 @@ def summarize_rows(rows, row_weights, n_groups, min_group, seed, agent):
                 x[row, j] = rows[i, j]
             weights[row] = row_weights[i]
             row += 1
-    n = kept
+    return _summary_of(x, weights, n_groups, min_group, seed, agent)
+
+
+@njit(cache=True, nogil=True)
+def _summary_of(x, weights, n_groups, min_group, seed, agent):
+    """summarize_rows of rows x that all weigh more than 0 (n_groups >= 1)."""
     chosen = kmeans_plusplus(x, weights, n_groups, 1, seed, agent, _LOCAL)
-    centers = np.empty((len(chosen), p))
+    centers = np.empty((len(chosen), x.shape[1]))
     for c in range(len(chosen)):
         centers[c] = x[chosen[c]]
     labels, mass, _ = weighted_lloyd(x, weights, centers, REDUCE_STEPS)
     counts = np.zeros(len(chosen), dtype=np.int64)
-    for i in range(n):
+    for i in range(x.shape[0]):
         counts[labels[i]] += 1
     _merge_small_groups(centers, mass, counts, min_group)
     return _as_summary(centers, mass)
@@ -347,9 +354,10 @@ def summarize_block(points, weights, offsets, agent_ids, n_groups, min_group, se
     returns each agent's row count.  weights: (n,) or empty (every row weighs 1)."""
     n_agents = offsets.shape[0] - 1
     counts = np.zeros(n_agents, dtype=np.int64)
+    ones = np.ones(0 if weights.shape[0] or n_agents == 0 else np.max(offsets[1:] - offsets[:-1]))
     for a in range(n_agents):
         lo, hi = offsets[a], offsets[a + 1]
-        agent_weights = weights[lo:hi] if weights.shape[0] else np.ones(hi - lo)
+        agent_weights = weights[lo:hi] if weights.shape[0] else ones[:hi - lo]
         summary = summarize_rows(points[lo:hi], agent_weights, n_groups, min_group, seed, agent_ids[a])
         counts[a] = summary.shape[0]
         out[out_ptr[a]:out_ptr[a] + counts[a]] = summary
@@ -368,22 +376,32 @@ def merge_level(own, own_start, own_stop, pool, part_ptr, part_start, part_stop,
     """For each agent i of a tree level: join its own summary (rows own_start[i]:own_stop[i]
     of `own`) and its children's (rows part_start[j]:part_stop[j] of `pool` for j in
     part_ptr[i]:part_ptr[i+1], in ascending child id), reduce, and write the result
-    into out[out_ptr[i]:...].  Returns the row count of each result."""
+    into out[out_ptr[i]:...].  Returns the row count of each result.
+
+    A join of at most `budget` rows is reduce_summary's result as it stands, so it is
+    written straight into `out`; only a join to be reduced goes through one scratch
+    array.  Most agents of a deep tree join without reducing, and copying their
+    growing summaries three times over was most of a level's time."""
     n_agents = part_ptr.shape[0] - 1
     counts = np.zeros(n_agents, dtype=np.int64)
-    width = own.shape[1]
+    totals = own_stop - own_start
     for i in range(n_agents):
-        total = own_stop[i] - own_start[i]
         for j in range(part_ptr[i], part_ptr[i + 1]):
-            total += part_stop[j] - part_start[j]
-        joined = np.empty((total, width))
+            totals[i] += part_stop[j] - part_start[j]
+    scratch = np.empty((max(totals.max(), 0) if n_agents else 0, own.shape[1]))
+    for i in range(n_agents):
+        total = totals[i]
+        joined = out[out_ptr[i]:out_ptr[i] + total] if total <= budget else scratch[:total]
         row = own_stop[i] - own_start[i]
         joined[:row] = own[own_start[i]:own_stop[i]]
         for j in range(part_ptr[i], part_ptr[i + 1]):
             size = part_stop[j] - part_start[j]
             joined[row:row + size] = pool[part_start[j]:part_stop[j]]
             row += size
-        reduced = reduce_summary(joined, n_groups, budget, seed, agent_ids[i])
-        counts[i] = reduced.shape[0]
-        out[out_ptr[i]:out_ptr[i] + counts[i]] = reduced
+        if total <= budget:
+            counts[i] = total
+        else:
+            reduced = reduce_summary(joined, n_groups, budget, seed, agent_ids[i])
+            counts[i] = reduced.shape[0]
+            out[out_ptr[i]:out_ptr[i] + counts[i]] = reduced
     return counts
