@@ -278,7 +278,7 @@ def summarize_rows(rows, row_weights, n_groups, min_group, seed, agent):
     n_groups = min(n_groups, kept // min_group)
     if n_groups == 0:
         return np.empty((0, p + 1))
-    if kept == n:                   # as a rule: no copy
+    if kept == n:                   # every row weighs (unweighted data): no copy
         return _summary_of(rows, row_weights, n_groups, min_group, seed, agent)
     x = np.empty((kept, p))
     weights = np.empty(kept)
@@ -380,8 +380,8 @@ def merge_level(own, own_start, own_stop, pool, part_ptr, part_start, part_stop,
 
     A join of at most `budget` rows is reduce_summary's result as it stands, so it is
     written straight into `out`; only a join to be reduced goes through one scratch
-    array.  Most agents of a deep tree join without reducing, and copying their
-    growing summaries three times over was most of a level's time."""
+    array.  Most agents of a deep tree join without reducing, and each of them copied
+    its growing summary three times before."""
     n_agents = part_ptr.shape[0] - 1
     counts = np.zeros(n_agents, dtype=np.int64)
     totals = own_stop - own_start
