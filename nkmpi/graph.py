@@ -401,7 +401,9 @@ def _rgg_scan(positions, cell_start, level, agent, limit, out):
 def _rgg_rows(positions, cell_start, level, agents, radius):
     """CSR of `agents`' neighbours in the random geometric graph (_rgg_scan), ascending.
     One scan an agent: the rows go into a buffer that grows by half when a row would not
-    fit (that row is scanned again), and are copied out at their exact length."""
+    fit (that row is scanned again).  The buffer is returned as it is, not copied to the
+    rows' exact length: its end is never written, so it never becomes resident, and a
+    copy would hold the rows twice at the rank's set-up peak."""
     limit = radius * radius
     indptr = np.zeros(len(agents) + 1, dtype=np.int64)
     buffer = np.empty(RGG_ROW_GUESS * len(agents) + 1, dtype=np.int64)
@@ -414,7 +416,7 @@ def _rgg_rows(positions, cell_start, level, agents, radius):
             buffer = grown
             _rgg_scan(positions, cell_start, level, agents[i], limit, buffer[start:])
         indptr[i + 1] = start + found
-    return indptr, buffer[:indptr[-1]].copy()
+    return indptr, buffer[:indptr[-1]]
 
 
 def rgg_level(n_agents: int, radius: float) -> int:
