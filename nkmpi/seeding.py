@@ -388,7 +388,7 @@ def merge_level(own, own_start, own_stop, pool, part_ptr, part_start, part_stop,
     for i in range(n_agents):
         for j in range(part_ptr[i], part_ptr[i + 1]):
             totals[i] += part_stop[j] - part_start[j]
-    scratch = np.empty((max(totals.max(), 0) if n_agents else 0, own.shape[1]))
+    scratch = np.empty((totals.max() if n_agents else 0, own.shape[1]))
     for i in range(n_agents):
         total = totals[i]
         joined = out[out_ptr[i]:out_ptr[i] + total] if total <= budget else scratch[:total]
