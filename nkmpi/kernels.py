@@ -668,6 +668,7 @@ def warm_up(dtype: np.dtype | type) -> None:
     local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2)
     edge_disagreement(centers, nbr, np.array([0, 0]), nbr_rows, nbr)
     exact_partials(np.zeros(1))
+    merge_partials(coordinate_partials(centers), coordinate_partials(centers))  # rank 0's, of 2+ ranks
     largest_move(centers, centers)
     pack_rows(centers, nbr, 0.0, centers.copy())
     from .local_pass import LocalPass       # built on this module's in_parallel

@@ -1,0 +1,40 @@
+"""`python -m nkmpi.precompile` (the last step of `make install`) reaches every kind of run,
+so that no first job compiles a kernel on each of its ranks.  That it runs at all is
+checked by every `make install`."""
+
+import subprocess
+import sys
+
+import h5py
+from conftest import MPI_TIMEOUT
+
+from nkmpi import precompile
+from nkmpi.graph import LOCAL_SPECS
+from nkmpi.init import INIT_METHODS
+from nkmpi.options import ALGORITHMS, Options
+
+
+def values_of(flag):
+    """The method names RUN_OPTIONS give `flag` (`file:PATH` counts as `file`)."""
+    return {options[options.index(flag) + 1].split(":")[0]
+            for options in precompile.RUN_OPTIONS if flag in options}
+
+
+def test_the_runs_take_every_initialization_graph_and_algorithm(tmp_path):
+    default = Options(n_clusters=precompile.K)
+    assert values_of("--init") | {default.init} == set(INIT_METHODS) | {"file"}
+    assert values_of("--algorithm") | {default.algorithm} == set(ALGORITHMS)
+    data = tmp_path / "data.h5"
+    precompile.small_dataset(data, float, weighted=False)
+    with h5py.File(data, "r") as f:       # so that a run with no --graph reads the dataset's
+        assert "graph" in f
+    assert values_of("--graph") | {"dataset"} == set(LOCAL_SPECS) | {"file", "dataset"}
+    assert any("--threads" in options for options in precompile.RUN_OPTIONS)
+
+
+def test_arguments_are_refused_with_one_error_line():
+    proc = subprocess.run([sys.executable, "-m", "nkmpi.precompile", "--clusters", "3"], capture_output=True,
+                          text=True, timeout=MPI_TIMEOUT)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("nkmpi: error: unrecognized arguments: --clusters 3"), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
