@@ -75,11 +75,16 @@ def test_sigkill_mid_write_leaves_no_file_under_the_final_name(dataset, tmp_path
     assert len(list(tmp_path.glob("out.h5.partial-*"))) == 1    # the complete file, never renamed
 
 
+#: A run signalled once its first checkpoint is written: the signal has the other nine tenths
+#: of the run to arrive in, however fast the machine.
+LONG_ITERATIONS, CHECKPOINT_EVERY = 10_000, 1_000
+
+
 def long_run_args(path, out):
     # No monitoring: no early stop, so the run is long enough to be signalled; a line at
     # each checkpoint tells when it iterates.
-    return ["run", path, "-k", 4, "--rho", 50, "--iters", 30000, "--monitor-every", 0,
-            "--checkpoint-every", 1000, "--out", out]
+    return ["run", path, "-k", 4, "--rho", 50, "--iters", LONG_ITERATIONS, "--monitor-every", 0,
+            "--checkpoint-every", CHECKPOINT_EVERY, "--out", out]
 
 
 @settings(max_examples=60, deadline=None)
@@ -123,7 +128,7 @@ def test_signal_checkpoints_and_resume_is_exact_on_any_rank_count(dataset, tmp_p
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
     header = proc.stdout.readline()
     assert header.startswith("nkmpi: 12 agents")
-    assert "checkpoint after iteration 1000" in proc.stdout.readline()    # iterating
+    assert f"checkpoint after iteration {CHECKPOINT_EVERY}" in proc.stdout.readline()    # iterating
     proc.send_signal(signal_number)              # mpiexec forwards it to every rank
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 3, stderr          # documented: stopped by a signal, checkpoint written
@@ -131,7 +136,7 @@ def test_signal_checkpoints_and_resume_is_exact_on_any_rank_count(dataset, tmp_p
     assert checkpoint.exists() and not out.exists()
     assert "resume with --resume" in stdout
     state, stopped_at = run_state(checkpoint)            # marked as a stop's, whatever the launcher says
-    assert state == INTERRUPTED and 1000 < stopped_at < 30000
+    assert state == INTERRUPTED and CHECKPOINT_EVERY < stopped_at < LONG_ITERATIONS
     for n_ranks in (3, 2):
         resumed = tmp_path / f"resumed{n_ranks}.h5"
         proc = run_mpi(n_ranks, long_run_args(dataset, resumed) + ["--resume", checkpoint, "--quiet"])

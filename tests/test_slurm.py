@@ -141,10 +141,10 @@ def test_scaling_job(tmp_path):
         assert (tmp_path / "out" / f"scaling-{mode}.png").stat().st_size > 5000
 
 
-#: A run 40 times longer than the wait for its first checkpoint, so that it cannot end before the
-#: stop signal lands: 2,500 to 5,000 iterations a second here (2 ranks on 2 cores), so 40 to 80 s;
-#: a machine 20 times faster still needs 2 s, against a tenth of a second for the signal to land.
-LONG_ITERATIONS, CHECKPOINT_EVERY = 200_000, 5_000
+#: A run 10 times longer than the wait for its first checkpoint, so that it cannot end before the
+#: stop signal lands: 2,500 to 5,000 iterations a second here (2 ranks on 2 cores), so 10 to 20 s;
+#: a machine 10 times faster still needs 1 s, against a tenth of a second for the signal to land.
+LONG_ITERATIONS, CHECKPOINT_EVERY = 50_000, 5_000
 
 
 @pytest.mark.timeout(3600)
