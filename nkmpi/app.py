@@ -361,12 +361,9 @@ def execute(comm, options: Options, source, *, init_file=None, report=None, stre
     stop_requested : polled for a stop signal; a stopped run writes its checkpoint.
     Thread pools: options.threads for the kernels, BLAS single-threaded.
     """
-    from threadpoolctl import threadpool_limits
-
     from . import kernels
     entered = time.perf_counter()
-    kernels.set_threads(options.threads)    # also starts the kernels' OpenMP pool, so it is limited below
-    with threadpool_limits(limits={"blas": 1, "openmp": options.threads}):
+    with kernels.thread_limits(options.threads):
         return _Run(comm, options, source, init_file, report, stream, stop_requested, entered).execute()
 
 

@@ -39,6 +39,21 @@ def set_threads(n_threads: int) -> None:
     numba.set_num_threads(max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS)))
 
 
+def thread_limits(n_threads: int):
+    """The thread pools of a run, as a context manager: `n_threads` for the kernels
+    (`set_threads`, OpenMP), one for every BLAS.
+
+    The kernels' matrix products call scipy's BLAS, which numba loads only with the first
+    kernel that uses it; threadpoolctl limits only the libraries already loaded, so it is
+    loaded here first.  Else it would start as many threads as the environment asks for
+    (OPENBLAS_NUM_THREADS, which srun and a plain mpiexec pass on) or one a core, in every rank.
+    """
+    import scipy.linalg.cython_blas  # noqa: F401  (loads the library, see above)
+    from threadpoolctl import threadpool_limits
+    set_threads(n_threads)              # also starts the kernels' OpenMP pool, so that it is limited too
+    return threadpool_limits(limits={"blas": 1, "openmp": n_threads})
+
+
 #: A kernel whose threads would each compute fewer numbers than this between two joins runs
 #: on one thread: starting and joining them costs more than they share.  (Measured on 2
 #: cores, center updates of 128 / 256 / 512 agents x 512 numbers: 78 / 148 / 314 us each on
