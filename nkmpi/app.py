@@ -407,7 +407,7 @@ class _Run:
             resume = agree(comm, checkpoint_format.read_checkpoint, options.resume, first, stop,
                            row_start, row_stop)
             agree(comm, check_resumable, options.resume, resume, options, attrs)
-        kernels.warm_up(info.dtype)
+        driver.warm_up(info.dtype, options.init)
         release_compiler_code()         # the loop runs no LLVM: a rank need not keep its code resident
         memory_before_load = resident_bytes()
         points, offsets, agents = shard.load(), shard.offsets, shard.agents

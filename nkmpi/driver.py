@@ -29,10 +29,11 @@ from typing import TextIO
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels, seeding
+from . import kernels, seeding, tree
 from .errors import InputError, agree
 from .exchange import ClusterTotals, NeighbourExchange, TreeChannel
 from .faults import FaultModel
+from .formats import checkpoint as checkpoint_format
 from .graph import LocalGraph, concat_ranges
 from .halo import HaloPlan, rank_eccentricity
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, adopt_from_neighbours, has_distinct, slice_weights, weighed_rows
@@ -106,6 +107,36 @@ def agent_seeds(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets
                                   int(agents[i]), k, options.seed)
              for i in seeders}
     return seeds, source
+
+
+def warm_up(dtype: np.dtype | type, init) -> None:
+    """Load every kernel of a run on data of `dtype` with initialization `init` (options.init):
+    the loop's (kernels.warm_up), the fingerprints' and set-up's, each called on an empty block
+    with the types of its real call.
+
+    Loading a kernel runs LLVM, whose code (50 MB of it for set-up's kernels) then stays
+    resident.  Loaded here, before a rank reads its rows, it is let go with the rest
+    (memory.release_compiler_code); loaded by set-up, it would be resident with the rows and
+    count in the rank's peak memory."""
+    kernels.warm_up(dtype)
+    no_ids, no_offsets = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    for rows in (np.zeros((0, 1), dtype=dtype), np.zeros((0, 1))):         # the points, the weights
+        checkpoint_format.block_fingerprint(rows, no_offsets, no_ids)
+    LocalGraph(0, no_ids, no_offsets, no_ids).fingerprint_share()
+    if not isinstance(init, str):                       # given centers: no seeding
+        return
+    if init == NETWORK_SEEDING:
+        summaries = np.zeros((0, 2))
+        seeding.summarize_block(np.zeros((0, 1), dtype=dtype), kernels.UNWEIGHTED, no_offsets, no_ids, 1, 1, 0,
+                                no_offsets, summaries)
+        seeding.merge_level(summaries, no_ids, no_ids, summaries, no_offsets, no_ids, no_ids, no_ids, 1, 1, 0,
+                            no_offsets, summaries)
+        seeding.kmeans_plusplus(np.zeros((0, 1)), np.zeros(0), 1, 1, 0, 0, 0)
+        seeding.weighted_lloyd(np.zeros((0, 1)), np.zeros(0), np.zeros((0, 1)), 1)
+        tree.warm_up()
+    else:
+        no_centers, no_nbr = np.zeros((0, 1, 1)), np.zeros(0, dtype=np.int32)      # (a halo plan's nbr_idx)
+        adopt_from_neighbours(no_centers, no_centers, no_offsets, no_nbr, no_ids, no_ids, np.zeros(0, dtype=bool))
 
 
 def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray,

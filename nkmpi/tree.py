@@ -87,6 +87,12 @@ def _reached(frontier, ghosts, place, nbr_ptr, nbr_idx, ghost_ptr, ghost_idx, de
     return n
 
 
+def warm_up() -> None:
+    """Load `_reached` with the types of its call, on an empty block (driver.warm_up)."""
+    none, no_offsets, no_nbr = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    _reached(none, none, np.zeros(0), no_offsets, no_nbr, no_offsets, no_nbr, none, np.zeros(0), none, none)
+
+
 def _ext_ranks(plan: HaloPlan) -> np.ndarray:
     """The rank hosting each row of `ext` (this rank for the block's agents)."""
     message = np.repeat(np.arange(len(plan.ranks)), plan.recv_counts)

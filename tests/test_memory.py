@@ -69,3 +69,50 @@ def test_the_compilers_code_is_let_go_and_the_kernels_still_run():
     assert [resident for _, resident, _ in rerun] == [resident for _, resident, _ in after]
     assert seen["same"]
     assert seen["compiled"] == 90.0
+
+
+# A run in this interpreter: the kernels it called after its driver.warm_up that were not loaded
+# yet (numba dispatchers that gained an overload since), in any of nkmpi's modules.
+RUN_AFTER_WARM_UP = r"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from nkmpi import cli, driver, precompile
+
+def overloads():
+    return {f"{name}.{attr}": len(value.overloads) for name, module in list(sys.modules.items())
+            if name.startswith("nkmpi") for attr, value in list(vars(module).items())
+            if isinstance(value, CPUDispatcher)}
+
+folder, dtype, init, weighted = Path(sys.argv[1]), np.dtype(sys.argv[2]), sys.argv[3], sys.argv[4] == "weighted"
+precompile.small_dataset(folder / "data.h5", dtype, weighted)
+loaded, warm_up = {}, driver.warm_up
+
+def warm_up_seen(*args):
+    warm_up(*args)
+    loaded.update(overloads())
+
+driver.warm_up = warm_up_seen
+status = cli.main(["run", str(folder / "data.h5"), "-k", "3", "--init", init, "--graph", "rgg:radius=0.6",
+                   "--iters", "3", "--quiet", "--out", str(folder / "result.h5"),
+                   "--checkpoint", str(folder / "checkpoint.h5")])
+print(json.dumps(dict(status=status, warmed=bool(loaded),
+                      later=sorted(k for k, n in overloads().items() if n > loaded.get(k, 0)))))
+"""
+
+
+@pytest.mark.parametrize("dtype, init, weighted", [("float64", "network", "plain"), ("float32", "network", "weighted"),
+                                                   ("float64", "flood", "weighted"), ("float32", "local", "plain")])
+def test_set_up_loads_no_kernel_after_the_warm_up(tmp_path, dtype, init, weighted):
+    """Every kernel a run calls is loaded by driver.warm_up, before the rows are read: a kernel
+    loaded later runs LLVM, whose code would then be resident with the rows, at the run's peak."""
+    proc = subprocess.run([sys.executable, "-c", RUN_AFTER_WARM_UP, tmp_path, dtype, init, weighted],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["status"] == 0 and seen["warmed"]
+    assert seen["later"] == []
