@@ -393,6 +393,7 @@ class _NKMeans:
                                     moves_given=not self.one_call)
         # Each agent's disagreement with its higher neighbours, written by a monitoring point's update.
         self.edge_sums = np.zeros(0 if self.one_call else len(loop.agents))
+        self.stores = kernels.StoreChoice(self.exchange.spare.nbytes)
         self.pass_offsets = loop.offsets
 
     @property
@@ -425,9 +426,11 @@ class _NKMeans:
             if monitoring:
                 disagreement = kernels.edge_disagreement(exchange.ext, plan.agents, plan.nbr_ptr, plan.nbr_idx,
                                                         plan.ext_ids)
-            kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
-                                         counts, rho, options.alpha, inner, faults=self.faults,
-                                         first_update=first_update, agent_ids=plan.agents, ext_ids=plan.ext_ids)
+            with self.stores.trial() as streamed:
+                kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
+                                             counts, rho, options.alpha, inner, faults=self.faults,
+                                             first_update=first_update, agent_ids=plan.agents, ext_ids=plan.ext_ids,
+                                             streamed=streamed)
             if inner % 2:
                 exchange.swap()
         else:
@@ -438,11 +441,12 @@ class _NKMeans:
                     timer.lap("exchange")
                 # At a monitoring point the first update also sums the edges' gaps of x(t).
                 edge_sums = self.edge_sums if monitoring and not step else kernels.NO_EDGE_SUMS
-                kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
-                                      rho, options.alpha, out=exchange.spare, faults=self.faults,
-                                      update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
-                                      moved=self.local_pass.moved, move_terms=self.local_pass.move_terms,
-                                      edge_sums=edge_sums)
+                with self.stores.trial(kind=len(edge_sums) > 0) as streamed:
+                    kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
+                                          rho, options.alpha, out=exchange.spare, faults=self.faults,
+                                          update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
+                                          moved=self.local_pass.moved, move_terms=self.local_pass.move_terms,
+                                          edge_sums=edge_sums, streamed=streamed)
                 exchange.swap()
             if monitoring:
                 disagreement = kernels.exact_partials(self.edge_sums)

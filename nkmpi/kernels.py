@@ -22,6 +22,8 @@ so results do not depend on the thread count either.
 from __future__ import annotations
 
 import glob
+import time
+from contextlib import contextmanager
 
 import numba
 import numpy as np
@@ -178,16 +180,45 @@ def _last_level_cache_bytes() -> int:
     return largest
 
 
-#: New centers of at least this many bytes are streamed to memory past the caches (the center
-#: update, `_update`): more than the last-level cache holds, they would only flush it, but
-#: where they fit (some CPUs hold hundreds of MB), the next update finds them there.  At least
-#: 64 MiB, for CPUs whose reported cache is one core group's share.
+#: New centers of at least this many bytes may be streamed to memory past the caches (the
+#: center update, `_update`; `StoreChoice`): more than the last-level cache holds, they would
+#: only flush it, but where they fit (some CPUs hold hundreds of MB), the next update finds them
+#: there.  At least 64 MiB, for CPUs whose reported cache is one core group's share.
 STREAM_BYTES = max(64 * 2**20, _last_level_cache_bytes())
 
 
-def _streams(out: np.ndarray, streamed: bool | None) -> bool:
-    """Whether an update writes `out` past the caches: as asked, else by its size."""
-    return bool(out.nbytes >= STREAM_BYTES if streamed is None else streamed)
+class StoreChoice:
+    """Whether a run's center updates write their new centers past the caches (`streamed`,
+    row_sums.store_row) or in place, found by trying both; each writes the same numbers.
+
+    Which is faster depends on the CPU, not on the sizes alone: target 6's update with two
+    ranks was 10% faster streamed on one machine of the kind CI runs on and twice as slow on
+    two others (docs/performance.md).  Outputs smaller than STREAM_BYTES are written in place.
+    Larger ones alternate between the two ways, streamed first, until each way has TRIALS
+    calls of a kind (calls of a kind do the same work: an update that also sums the edges'
+    gaps is another kind), and then keep the way whose fastest call was faster.  Only the
+    speed depends on the choice, and each rank makes its own.
+    """
+
+    TRIALS = 2
+
+    def __init__(self, out_bytes: int):
+        self.chosen = None if out_bytes >= STREAM_BYTES else False
+        self.seconds = {}           # kind -> (seconds in place, seconds streamed)
+
+    @contextmanager
+    def trial(self, kind=None):
+        """Times the update(s) in the with-block, which write(s) as the value it gives says."""
+        if self.chosen is not None:
+            yield self.chosen
+            return
+        by_way = self.seconds.setdefault(kind, ([], []))
+        streamed = len(by_way[True]) <= len(by_way[False])
+        started = time.perf_counter()
+        yield streamed
+        by_way[streamed].append(time.perf_counter() - started)
+        if min(map(len, by_way)) >= self.TRIALS:
+            self.chosen = min(by_way[True]) < min(by_way[False])
 
 
 def written_zeros(shape, dtype=np.float64) -> np.ndarray:
@@ -417,7 +448,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
                   faults: FaultModel = NO_FAULTS, update: int = 0, agent_ids: np.ndarray = NO_IDS,
                   ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
                   move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS,
-                  streamed: bool | None = None) -> np.ndarray:
+                  streamed: bool = False) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -440,8 +471,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     (`exact_partials(edge_sums)`); needs `agent_ids` and `ext_ids`.  By default nothing.
 
     streamed : whether the new centers are written past the caches (row_sums.store_row,
-    where out's rows are aligned; the same numbers either way); by default when `out`
-    holds at least STREAM_BYTES.
+    where out's rows are aligned; the same numbers either way; StoreChoice decides a run's).
     """
     if out is None:
         out = np.empty_like(centers)
@@ -455,14 +485,14 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     single, f64_err, eta = move_terms
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
-                bool(single), float(f64_err), float(eta), edge_sums, _streams(out, streamed), numbers=centers.size)
+                bool(single), float(f64_err), float(eta), edge_sums, bool(streamed), numbers=centers.size)
     return out
 
 
 def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
                          sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, n_updates: int,
                          faults: FaultModel = NO_FAULTS, first_update: int = 0, agent_ids: np.ndarray = NO_IDS,
-                         ext_ids: np.ndarray = NO_IDS, streamed: bool | None = None) -> np.ndarray:
+                         ext_ids: np.ndarray = NO_IDS, streamed: bool = False) -> np.ndarray:
     """`n_updates` center updates in one call, for a block whose agents' neighbours are all
     its own (nbr_idx indexes the block's centers; no ghosts): each is `center_update` from
     the last, alternating between `current` and `spare`.  Returns the array holding the
@@ -473,7 +503,7 @@ def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.nda
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
     in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
                 counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
-                ext_ids, _streams(spare, streamed), numbers=current.size)      # the threads join every update
+                ext_ids, bool(streamed), numbers=current.size)      # the threads join every update
     return spare if n_updates % 2 else current
 
 

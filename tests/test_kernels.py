@@ -346,3 +346,36 @@ def test_exact_partials_sum_any_split_exactly(values, cuts):
     blocks = [kernels.exact_partials(values[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
     assert all(len(b) <= kernels.EXACT_PARTIALS for b in blocks)
     assert math.fsum(np.concatenate(blocks)) == math.fsum(values)
+
+
+def chosen_ways(choice, costs, kinds, clock):
+    """The ways `choice` writes calls of `kinds` in, each call taking costs(streamed, kind)
+    seconds on the fake `clock` kernels.time.perf_counter reads."""
+    ways = []
+    for kind in kinds:
+        with choice.trial(kind) as streamed:
+            clock[0] += costs(streamed, kind)
+        ways.append(streamed)
+    return ways
+
+
+def test_store_choice_tries_both_ways_and_keeps_the_faster(monkeypatch):
+    """Outputs smaller than STREAM_BYTES are written in place, untried; larger ones alternate,
+    streamed first, until each way has TRIALS calls, then keep the faster way, whichever it is;
+    calls of different kinds are compared only with their own kind."""
+    clock = [0.0]
+    monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
+    trials = kernels.StoreChoice.TRIALS
+    small = kernels.StoreChoice(kernels.STREAM_BYTES - 1)
+    assert chosen_ways(small, lambda streamed, kind: 1.0 if streamed else 2.0, [None] * 6, clock) == [False] * 6
+    for faster in (False, True):
+        choice = kernels.StoreChoice(kernels.STREAM_BYTES)
+        ways = chosen_ways(choice, lambda streamed, kind: 1.0 if streamed == faster else 1.5, [None] * 20, clock)
+        assert ways == [True, False] * trials + [faster] * (20 - 2 * trials)
+    # Every other call is of a slower kind (it also sums the edges' gaps).  Alternating over all
+    # calls alike would time only streamed calls of the fast kind and in-place ones of the slow.
+    choice = kernels.StoreChoice(kernels.STREAM_BYTES)
+    kinds = [False, True] * 10
+    ways = chosen_ways(choice, lambda streamed, kind: (1.5 if streamed else 1.0) + 5.0 * kind, kinds, clock)
+    assert ways[:4 * trials] == [True, True, False, False] * trials
+    assert ways[4 * trials:] == [False] * (20 - 4 * trials)

@@ -4,7 +4,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_mpi, uneven_dataset
+from conftest import MPI_TIMEOUT, assert_same_file, run_mpi, run_python, uneven_dataset
 from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.result import read_result
 from nkmpi.graph import build_network
@@ -151,3 +151,40 @@ def test_a_one_sided_stored_graph_is_refused_by_every_rank(dataset, tmp_path, u,
     assert f"lists agent {v} among agent {u}'s neighbours but not {u} among {v}'s" in proc.stderr
     assert proc.stderr.count("nkmpi: error:") == 1 and "Traceback" not in proc.stderr
     assert "iter" not in proc.stdout and not (tmp_path / "out.h5").exists()
+
+
+# `nkmpi run` whose updates may all be streamed (kernels.STREAM_BYTES 0: StoreChoice tries both
+# ways, then keeps one); prints, on rank 0, the ways each rank's updates were written in.
+BOTH_WAYS = r"""
+import sys
+from mpi4py import MPI
+from nkmpi import cli, kernels
+
+kernels.STREAM_BYTES = 0
+ways, center_update = set(), kernels.center_update
+
+def recorded(*args, streamed=False, **kwargs):
+    ways.add(streamed)
+    return center_update(*args, streamed=streamed, **kwargs)
+
+kernels.center_update = recorded
+status = cli.main(sys.argv[1:])
+seen = MPI.COMM_WORLD.gather(sorted(ways))
+if MPI.COMM_WORLD.rank == 0:
+    print(seen)
+sys.exit(status)
+"""
+
+
+def test_centers_streamed_or_written_in_place_give_one_result(dataset, tmp_path):
+    """On 2 ranks (ghosts: an update a call), updates that StoreChoice writes both ways, streamed
+    and in place, give the result file of a run whose updates all write in place, bit for bit."""
+    path = dataset[0]
+    args = ["run", path, "-k", 4, "--graph", "ring", "--iters", 30, "--tol", 0, "--monitor-every", 4, "--seed", SEED,
+            "--inner", 2]
+    plain = run_mpi(2, [*args, "--out", tmp_path / "plain.h5"])
+    assert plain.returncode == 0, plain.stderr
+    tried = run_python(2, ["-c", BOTH_WAYS, *map(str, args), "--out", str(tmp_path / "tried.h5")], MPI_TIMEOUT)
+    assert tried.returncode == 0, tried.stderr
+    assert tried.stdout.strip().splitlines()[-1] == str([[False, True]] * 2)
+    assert_same_file(tmp_path / "tried.h5", tmp_path / "plain.h5")
