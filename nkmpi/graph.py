@@ -344,34 +344,101 @@ def _analytic_rows(name, n_agents, agents, rows=None):
     return indptr, indices.reshape(-1)
 
 
-def rgg_positions(n_agents: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The positions of a random geometric graph's agents, uniform in the unit square and
-    numbered along a Morton (Z-order) curve of a 65,536 x 65,536 grid, so that the contiguous
-    blocks of the placement are compact regions and few edges cross ranks; and each one's
-    Morton code: (positions (M, 2), codes (M,))."""
-    positions = np.random.default_rng([seed, 17]).random((n_agents, 2))
-    cells = np.minimum((positions * 65536).astype(np.int64), 65535)
-    codes = _spread_bits(cells[:, 0]) | (_spread_bits(cells[:, 1]) << 1)
+#: Agents an rgg's tile holds at most on average: the unit square is cut into 4**T tiles, Morton
+#: cells of the level T (`rgg_tile_level`), each drawing its agents' positions from a generator
+#: of its own, so that a rank draws only the tiles around its agents.
+RGG_TILE_AGENTS = 4096
+#: The finest level of the grid of cells the rgg rows search (4**level cells at most), and of
+#: the tiles.
+RGG_MAX_LEVEL = 11
+#: Neighbours an agent is first given room for in the rgg rows' buffer (it grows as needed).
+RGG_ROW_GUESS = 32
+#: The side, in cells, of the grid whose Morton codes number an rgg's agents: 2**RGG_GRID_BITS.
+RGG_GRID_BITS = 16
+RGG_GRID = 1 << RGG_GRID_BITS
+
+
+def rgg_tile_level(n_agents: int) -> int:
+    """T, the level of an rgg's tiles: the fewest with at most RGG_TILE_AGENTS agents a tile
+    on average, at most RGG_MAX_LEVEL (a graph of up to 4,096 agents is one tile)."""
+    level = 0
+    while n_agents > RGG_TILE_AGENTS * 4**level and level < RGG_MAX_LEVEL:
+        level += 1
+    return level
+
+
+def rgg_tile_starts(n_agents: int, seed: int = 0) -> np.ndarray:
+    """The first agent of each of the 4**T tiles, in Morton order, and n_agents at the end:
+    how many agents each tile holds is one multinomial draw (uniform over the tiles, so that
+    the positions are M independent uniform points), the same on every rank, O(tiles)."""
+    level = rgg_tile_level(n_agents)
+    counts = (np.random.default_rng([seed, 19]).multinomial(n_agents, np.full(4**level, 4.0**-level)) if level
+              else np.array([n_agents]))
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def _morton_codes(cells):
+    """The Morton codes of (n, 2) grid cells (x, y), y's bits the odd ones."""
+    return _spread_bits(cells[:, 0]) | (_spread_bits(cells[:, 1]) << 1)
+
+
+def _rgg_tile(level, tile, n_agents_in_tile, seed):
+    """The positions (n, 2) of one tile's agents, uniform in its square, and their Morton codes
+    on the RGG_GRID, in the agents' order: along the curve (ties in the order drawn).  Drawn
+    from a generator keyed by (seed, level, tile); the one tile of level 0 from (seed) alone."""
+    positions = np.random.default_rng([seed, 17, level, tile] if level else [seed, 17]).random((n_agents_in_tile, 2))
+    if level:
+        corner = np.array([_compact_bits(tile), _compact_bits(tile >> 1)], dtype=np.float64)
+        side = 2.0**-level
+        # Inside the tile's square whatever the rounding: its cells' codes are the tile's.
+        positions = np.minimum((corner + positions) * side, np.nextafter((corner + 1) * side, 0))
+    codes = _morton_codes(np.minimum((positions * RGG_GRID).astype(np.int64), RGG_GRID - 1))
     order = np.argsort(codes, kind="stable")
     return positions[order], codes[order]
 
 
-#: The finest level of the grid of cells the rgg rows search (4**level cells at most).
-RGG_MAX_LEVEL = 11
-#: Neighbours an agent is first given room for in the rgg rows' buffer (it grows as needed).
-RGG_ROW_GUESS = 32
+def _compact_bits(code: int) -> int:
+    """The even bits of a Morton code, packed: a cell's x (and, of code >> 1, its y)."""
+    value, bit = 0, 0
+    while code >> (2 * bit):
+        value |= ((code >> (2 * bit)) & 1) << bit
+        bit += 1
+    return value
+
+
+def _rgg_tiles(n_agents, seed, starts, tiles):
+    """The positions, Morton codes and global ids of the agents of `tiles` (ascending), in
+    ascending id."""
+    level = rgg_tile_level(n_agents)
+    drawn = [_rgg_tile(level, t, starts[t + 1] - starts[t], seed) for t in tiles.tolist()]
+    positions = np.concatenate([p for p, _ in drawn]) if drawn else np.zeros((0, 2))
+    codes = np.concatenate([c for _, c in drawn]) if drawn else np.zeros(0, dtype=np.uint64)
+    return positions, codes, concat_ranges(starts[tiles], starts[tiles + 1])
+
+
+def rgg_positions(n_agents: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of a random geometric graph's agents, uniform in the unit square and
+    numbered along a Morton (Z-order) curve of a RGG_GRID x RGG_GRID grid, so that the
+    contiguous blocks of the placement are compact regions and few edges cross ranks; and
+    each one's Morton code: (positions (M, 2), codes (M,)).  Every tile of them: a run's
+    ranks draw only the tiles around their agents (`_rgg_local_rows`)."""
+    starts = rgg_tile_starts(n_agents, seed)
+    positions, codes, _ = _rgg_tiles(n_agents, seed, starts, np.arange(len(starts) - 1))
+    return positions, codes
 
 
 @njit(cache=True, nogil=True)
-def _rgg_scan(positions, cell_start, level, agent, limit, out):
-    """The neighbours of `agent` in the random geometric graph, in ascending id, written to
-    `out` when it is long enough (the first pass only counts): the agents whose squared
-    distance, summed over x then y as the k-d tree sums it, is at most `limit`, among the
-    3 x 3 cells of side 2**-level around its own.  cell_start : the first agent of each
-    Morton cell of that level (agents are numbered along the curve, so the cells, visited
-    in ascending code, list their agents in ascending id).  Returns how many there are."""
+def _rgg_scan(positions, cell_codes, cell_first, level, row, limit, out):
+    """The neighbours of agent `row` (of the drawn agents: `positions` holds those of whole
+    cells, in ascending id) in the random geometric graph, as rows of `positions` in
+    ascending id, written to `out` when it is long enough (the first pass only counts): the
+    agents whose squared distance, summed over x then y as the k-d tree sums it, is at most
+    `limit`, among the 3 x 3 cells of side 2**-level around its own.  cell_codes, cell_first :
+    the Morton codes of the cells that hold drawn agents, ascending, and the row of each one's
+    first (agents are numbered along the curve, so a cell's agents are consecutive and the
+    cells, in ascending code, list them in ascending id).  Returns how many there are."""
     side = 1 << level
-    x, y = positions[agent, 0], positions[agent, 1]
+    x, y = positions[row, 0], positions[row, 1]
     cx, cy = min(int(x * side), side - 1), min(int(y * side), side - 1)
     codes = np.empty(9, dtype=np.int64)
     n_cells = 0
@@ -388,9 +455,12 @@ def _rgg_scan(positions, cell_start, level, agent, limit, out):
             n_cells += 1
     found = 0
     for c in range(n_cells):
-        for b in range(cell_start[codes[c]], cell_start[codes[c] + 1]):
+        at = np.searchsorted(cell_codes, codes[c])
+        if at == len(cell_codes) or cell_codes[at] != codes[c]:
+            continue                            # no agent there
+        for b in range(cell_first[at], cell_first[at + 1]):
             dx, dy = x - positions[b, 0], y - positions[b, 1]
-            if b != agent and dx * dx + dy * dy <= limit:
+            if b != row and dx * dx + dy * dy <= limit:
                 if found < len(out):
                     out[found] = b
                 found += 1
@@ -398,23 +468,26 @@ def _rgg_scan(positions, cell_start, level, agent, limit, out):
 
 
 @njit(cache=True, nogil=True)
-def _rgg_rows(positions, cell_start, level, agents, radius):
-    """CSR of `agents`' neighbours in the random geometric graph (_rgg_scan), ascending.
-    One scan an agent: the rows go into a buffer that grows by half when a row would not
-    fit (that row is scanned again).  The buffer is returned as it is, not copied to the
-    rows' exact length: its end is never written, so it never becomes resident, and a
-    copy would hold the rows twice at the rank's set-up peak."""
+def _rgg_rows(positions, ids, cell_codes, cell_first, level, rows, radius):
+    """CSR of the neighbours (global ids, ascending) of the drawn agents `rows` in the random
+    geometric graph (_rgg_scan; ids : each drawn agent's global id).  One scan an agent: the
+    rows go into a buffer that grows by half when a row would not fit (that row is scanned
+    again).  The buffer is returned as it is, not copied to the rows' exact length: its end
+    is never written, so it never becomes resident, and a copy would hold the rows twice at
+    the rank's set-up peak."""
     limit = radius * radius
-    indptr = np.zeros(len(agents) + 1, dtype=np.int64)
-    buffer = np.empty(RGG_ROW_GUESS * len(agents) + 1, dtype=np.int64)
-    for i in range(len(agents)):
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    buffer = np.empty(RGG_ROW_GUESS * len(rows) + 1, dtype=np.int64)
+    for i in range(len(rows)):
         start = indptr[i]
-        found = _rgg_scan(positions, cell_start, level, agents[i], limit, buffer[start:])
+        found = _rgg_scan(positions, cell_codes, cell_first, level, rows[i], limit, buffer[start:])
         if start + found > len(buffer):
             grown = np.empty(max(len(buffer) + len(buffer) // 2, start + found), dtype=np.int64)
             grown[:start] = buffer[:start]
             buffer = grown
-            _rgg_scan(positions, cell_start, level, agents[i], limit, buffer[start:])
+            _rgg_scan(positions, cell_codes, cell_first, level, rows[i], limit, buffer[start:])
+        for e in range(start, start + found):
+            buffer[e] = ids[buffer[e]]
         indptr[i + 1] = start + found
     return indptr, buffer[:indptr[-1]]
 
@@ -430,15 +503,34 @@ def rgg_level(n_agents: int, radius: float) -> int:
     return max(level, 0)
 
 
+def _rgg_tiles_around(tiles, tile_level, level):
+    """The tiles (ascending) that hold every agent within the 3 x 3 search cells (level
+    `level`) around any agent of `tiles`: each tile's block of search cells (one cell, or the
+    cell holding the tile when tiles are finer than the cells) and its 8 neighbours, in tiles."""
+    shift = max(tile_level - level, 0)      # tiles a search cell holds, a side: 2**shift
+    per_side = 1 << (tile_level - shift)    # blocks a side
+    x = np.array([_compact_bits(t) for t in tiles.tolist()], dtype=np.int64) >> shift
+    y = np.array([_compact_bits(t >> 1) for t in tiles.tolist()], dtype=np.int64) >> shift
+    bx, by = x[:, None] + np.repeat([-1, 0, 1], 3), y[:, None] + np.tile([-1, 0, 1], 3)
+    inside = (bx >= 0) & (bx < per_side) & (by >= 0) & (by < per_side)
+    blocks = np.unique(_morton_codes(np.stack([bx[inside], by[inside]], axis=1)).astype(np.int64))
+    # A block's tiles are the 4**shift consecutive Morton codes below it.
+    return (blocks[:, None] * 4**shift + np.arange(4**shift)).reshape(-1)
+
+
 def _rgg_local_rows(n_agents, agents, radius, seed):
-    """(indptr, indices) of `agents` in rgg:radius over `n_agents`: every rank draws the
-    positions (16 bytes an agent), then searches only its own agents' neighbourhoods."""
-    positions, codes = rgg_positions(n_agents, seed)
-    level = rgg_level(n_agents, radius)
-    coarse = codes >> np.uint64(2 * (16 - level))
-    cell_start = np.searchsorted(coarse, np.arange(4 ** level + 1, dtype=np.uint64)).astype(np.int64)
-    del codes, coarse
-    return _rgg_rows(positions, cell_start, level, agents, radius)
+    """(indptr, indices) of `agents` (ascending) in rgg:radius over `n_agents`, from the
+    positions of the tiles around them alone (`_rgg_tiles_around`): O(their agents + the
+    halo's) for a rank, and O(tiles) for the tiles' counts."""
+    starts = rgg_tile_starts(n_agents, seed)
+    tile_level, level = rgg_tile_level(n_agents), rgg_level(n_agents, radius)
+    own_tiles = np.unique(np.searchsorted(starts, agents, side="right") - 1)
+    tiles = _rgg_tiles_around(own_tiles, tile_level, level)
+    positions, codes, ids = _rgg_tiles(n_agents, seed, starts, tiles)
+    cell_codes, cell_first = np.unique((codes >> np.uint64(2 * (RGG_GRID_BITS - level))).astype(np.int64), return_index=True)
+    cell_first = np.append(cell_first, len(codes)).astype(np.int64)
+    del codes
+    return _rgg_rows(positions, ids, cell_codes, cell_first, level, np.searchsorted(ids, agents), radius)
 
 
 #: Agents a side of the tiles an er graph is drawn by (`_er_tile_edges`), and of those whose

@@ -6,12 +6,14 @@ import networkx as nx
 import numpy as np
 import pytest
 from scipy.spatial import cKDTree
+from scipy.stats import chisquare, kstest
 
 from conftest import run_script
+from nkmpi import graph
 from nkmpi.errors import InputError
-from nkmpi.graph import (ER_TILE, RGG_MAX_LEVEL, BlockOwners, Network, _er_tile_edges, _ws_tile_rewirings,
-                         block_placement,
-                         build_network, concat_ranges, graph_stats, local_graph, rgg_level, rgg_positions)
+from nkmpi.graph import (ER_TILE, RGG_MAX_LEVEL, RGG_TILE_AGENTS, BlockOwners, Network, _er_tile_edges,
+                         _ws_tile_rewirings, block_placement, build_network, concat_ranges, graph_stats, local_graph,
+                         rgg_level, rgg_positions, rgg_tile_level)
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -198,17 +200,62 @@ def test_local_rows_are_the_whole_graphs_rows(spec, n_agents):
         assert whole.is_connected() or not connected
 
 
-@pytest.mark.parametrize("n_agents,radius", [(20_000, 0.013), (5_000, 0.0004), (3_000, 0.5)])
-def test_local_rgg_rows_are_the_k_d_trees_at_scale(n_agents, radius):
-    """Many cells of the search grid (64 x 64 here), rows cut anywhere; a radius far below
-    the cells' width; and one that puts every agent in the 3 x 3 cells around any one."""
+@pytest.mark.parametrize("n_agents, radius, tile_agents", [
+    (20_000, 0.013, RGG_TILE_AGENTS), (5_000, 0.0004, RGG_TILE_AGENTS), (3_000, 0.5, RGG_TILE_AGENTS),
+    (4_500, 0.55, RGG_TILE_AGENTS), (3_000, 0.2, 64), (3_000, 0.03, 16)])
+def test_local_rgg_rows_are_the_k_d_trees_at_scale(monkeypatch, n_agents, radius, tile_agents):
+    """Many cells of the search grid (64 x 64 here) and 16 tiles, rows cut anywhere; a
+    radius far below the cells' width; one that puts every agent in the 3 x 3 cells around any
+    one; search cells of 2 x 2 tiles (4,500 agents: one cell, the square; 3,000 agents in 64
+    tiles: 4 x 4 cells); and 256 tiles of 2 x 2 search cells each: a block of agents, and
+    agents scattered over the square."""
+    monkeypatch.setattr(graph, "RGG_TILE_AGENTS", tile_agents)
     whole = independent_network(f"rgg:radius={radius}", n_agents, seed=2)
-    agents = np.arange(n_agents // 5, 3 * n_agents // 4)
-    rows, connected = local_graph(f"rgg:radius={radius}", n_agents, agents, seed=2)
-    expected = whole.rows(agents)
-    assert not connected                           # random: the ranks check it (nkmpi.connectivity)
-    np.testing.assert_array_equal(rows.indptr, expected.indptr)
-    np.testing.assert_array_equal(rows.indices, expected.indices)
+    rng = np.random.default_rng(n_agents)
+    for agents in (np.arange(n_agents // 5, 3 * n_agents // 4), np.sort(rng.choice(n_agents, 300, replace=False))):
+        rows, connected = local_graph(f"rgg:radius={radius}", n_agents, agents, seed=2)
+        expected = whole.rows(agents)
+        assert not connected                       # random: the ranks check it (nkmpi.connectivity)
+        np.testing.assert_array_equal(rows.indptr, expected.indptr)
+        np.testing.assert_array_equal(rows.indices, expected.indices)
+
+
+def test_rgg_positions_are_uniform_and_numbered_along_the_curve():
+    """Drawn tile by tile (64 tiles of about 1,560 agents here), the positions are uniform in
+    the square (in x, in y, and over an 8 x 8 grid of tiles' size) and their Morton codes
+    ascend with the agents' ids; a graph of up to RGG_TILE_AGENTS agents is one tile."""
+    n_agents = 100_000
+    assert rgg_tile_level(n_agents) == 3 and rgg_tile_level(RGG_TILE_AGENTS) == 0
+    positions, codes = rgg_positions(n_agents, seed=7)
+    assert positions.shape == (n_agents, 2) and (np.diff(codes.astype(np.int64)) >= 0).all()
+    assert ((positions >= 0) & (positions < 1)).all()
+    for axis in (0, 1):
+        assert kstest(positions[:, axis], "uniform").pvalue > 1e-3
+    cells = np.bincount((positions * 8).astype(int) @ [1, 8], minlength=64)
+    assert chisquare(cells).pvalue > 1e-3
+
+
+def test_a_ranks_rgg_rows_draw_only_the_tiles_around_its_agents(monkeypatch):
+    """10^6 agents in 256 tiles: a sixteenth of them, a compact block along the curve, draws
+    its tiles and their neighbours', not all 256, and its rows are the k-d tree's over the
+    whole square's positions."""
+    n_agents, radius = 10**6, 0.003
+    drawn, tile = [], graph._rgg_tile
+
+    def counted(level, t, n, seed):
+        drawn.append(t)
+        return tile(level, t, n, seed)
+
+    monkeypatch.setattr(graph, "_rgg_tile", counted)
+    agents = np.arange(5 * n_agents // 16, 6 * n_agents // 16)
+    rows, _ = local_graph(f"rgg:radius={radius}", n_agents, agents, seed=1)
+    assert rgg_tile_level(n_agents) == 4 and len(set(drawn)) == len(drawn) <= 48, sorted(drawn)
+    monkeypatch.undo()
+    positions = rgg_positions(n_agents, seed=1)[0]
+    near = cKDTree(positions).query_ball_point(positions[agents], radius, return_sorted=True)
+    expected = [[b for b in found if b != a] for a, found in zip(agents.tolist(), near)]
+    np.testing.assert_array_equal(np.diff(rows.indptr), list(map(len, expected)))
+    np.testing.assert_array_equal(rows.indices, np.concatenate(expected))
 
 
 @pytest.mark.parametrize("n_agents", [0, 1, 2, 5, 10**3, 10**8])
