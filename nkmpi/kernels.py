@@ -196,11 +196,13 @@ class StoreChoice:
     two others (docs/performance.md).  Outputs smaller than STREAM_BYTES are written in place.
     Larger ones alternate between the two ways, streamed first, until each way has TRIALS
     calls of a kind (calls of a kind do the same work: an update that also sums the edges'
-    gaps is another kind), and then keep the way whose fastest call was faster.  Only the
-    speed depends on the choice, and each rank makes its own.
+    gaps is another kind), and then keep the way whose fastest call was faster; after one
+    call each, a way CLEARLY slower is dropped at once (every trial of it costs a slow
+    update).  Only the speed depends on the choice, and each rank makes its own.
     """
 
     TRIALS = 2
+    CLEARLY = 1.25
 
     def __init__(self, out_bytes: int):
         self.chosen = None if out_bytes >= STREAM_BYTES else False
@@ -217,8 +219,11 @@ class StoreChoice:
         started = time.perf_counter()
         yield streamed
         by_way[streamed].append(time.perf_counter() - started)
-        if min(map(len, by_way)) >= self.TRIALS:
-            self.chosen = min(by_way[True]) < min(by_way[False])
+        tried = min(map(len, by_way))
+        if tried:
+            fastest = [min(seconds) for seconds in by_way]
+            if tried >= self.TRIALS or max(fastest) > self.CLEARLY * min(fastest):
+                self.chosen = fastest[True] < fastest[False]
 
 
 def written_zeros(shape, dtype=np.float64) -> np.ndarray:

@@ -361,8 +361,9 @@ def chosen_ways(choice, costs, kinds, clock):
 
 def test_store_choice_tries_both_ways_and_keeps_the_faster(monkeypatch):
     """Outputs smaller than STREAM_BYTES are written in place, untried; larger ones alternate,
-    streamed first, until each way has TRIALS calls, then keep the faster way, whichever it is;
-    calls of different kinds are compared only with their own kind."""
+    streamed first, until each way has TRIALS calls (or one call each, when one way is
+    CLEARLY slower), then keep the faster way, whichever it is; calls of different kinds are
+    compared only with their own kind."""
     clock = [0.0]
     monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
     trials = kernels.StoreChoice.TRIALS
@@ -370,12 +371,16 @@ def test_store_choice_tries_both_ways_and_keeps_the_faster(monkeypatch):
     assert chosen_ways(small, lambda streamed, kind: 1.0 if streamed else 2.0, [None] * 6, clock) == [False] * 6
     for faster in (False, True):
         choice = kernels.StoreChoice(kernels.STREAM_BYTES)
-        ways = chosen_ways(choice, lambda streamed, kind: 1.0 if streamed == faster else 1.5, [None] * 20, clock)
+        ways = chosen_ways(choice, lambda streamed, kind: 1.0 if streamed == faster else 1.2, [None] * 20, clock)
         assert ways == [True, False] * trials + [faster] * (20 - 2 * trials)
+        # A way clearly slower after one call each is not tried again.
+        choice = kernels.StoreChoice(kernels.STREAM_BYTES)
+        ways = chosen_ways(choice, lambda streamed, kind: 1.0 if streamed == faster else 2.0, [None] * 20, clock)
+        assert ways == [True, False] + [faster] * 18
     # Every other call is of a slower kind (it also sums the edges' gaps).  Alternating over all
     # calls alike would time only streamed calls of the fast kind and in-place ones of the slow.
     choice = kernels.StoreChoice(kernels.STREAM_BYTES)
     kinds = [False, True] * 10
-    ways = chosen_ways(choice, lambda streamed, kind: (1.5 if streamed else 1.0) + 5.0 * kind, kinds, clock)
+    ways = chosen_ways(choice, lambda streamed, kind: (1.2 if streamed else 1.0) + 5.0 * kind, kinds, clock)
     assert ways[:4 * trials] == [True, True, False, False] * trials
     assert ways[4 * trials:] == [False] * (20 - 4 * trials)
