@@ -360,7 +360,7 @@ RGG_GRID = 1 << RGG_GRID_BITS
 
 def rgg_tile_level(n_agents: int) -> int:
     """T, the level of an rgg's tiles: the fewest with at most RGG_TILE_AGENTS agents a tile
-    on average, at most RGG_MAX_LEVEL (a graph of up to 4,096 agents is one tile)."""
+    on average, at most RGG_MAX_LEVEL (a graph of up to RGG_TILE_AGENTS agents is one tile)."""
     level = 0
     while n_agents > RGG_TILE_AGENTS * 4**level and level < RGG_MAX_LEVEL:
         level += 1
