@@ -406,10 +406,9 @@ def _compact_bits(code: int) -> int:
     return value
 
 
-def _rgg_tiles(n_agents, seed, starts, tiles):
-    """The positions, Morton codes and global ids of the agents of `tiles` (ascending), in
-    ascending id."""
-    level = rgg_tile_level(n_agents)
+def _rgg_tiles(level, seed, starts, tiles):
+    """The positions, Morton codes and global ids of the agents of `tiles` (ascending) of the
+    level-`level` tiles that `starts` (rgg_tile_starts) delimits, in ascending id."""
     drawn = [_rgg_tile(level, t, starts[t + 1] - starts[t], seed) for t in tiles.tolist()]
     positions = np.concatenate([p for p, _ in drawn]) if drawn else np.zeros((0, 2))
     codes = np.concatenate([c for _, c in drawn]) if drawn else np.zeros(0, dtype=np.uint64)
@@ -423,7 +422,7 @@ def rgg_positions(n_agents: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     each one's Morton code: (positions (M, 2), codes (M,)).  Every tile of them: a run's
     ranks draw only the tiles around their agents (`_rgg_local_rows`)."""
     starts = rgg_tile_starts(n_agents, seed)
-    positions, codes, _ = _rgg_tiles(n_agents, seed, starts, np.arange(len(starts) - 1))
+    positions, codes, _ = _rgg_tiles(rgg_tile_level(n_agents), seed, starts, np.arange(len(starts) - 1))
     return positions, codes
 
 
@@ -526,10 +525,11 @@ def _rgg_local_rows(n_agents, agents, radius, seed):
     tile_level, level = rgg_tile_level(n_agents), rgg_level(n_agents, radius)
     own_tiles = np.unique(np.searchsorted(starts, agents, side="right") - 1)
     tiles = _rgg_tiles_around(own_tiles, tile_level, level)
-    positions, codes, ids = _rgg_tiles(n_agents, seed, starts, tiles)
-    cell_codes, cell_first = np.unique((codes >> np.uint64(2 * (RGG_GRID_BITS - level))).astype(np.int64), return_index=True)
+    positions, codes, ids = _rgg_tiles(tile_level, seed, starts, tiles)
+    cells = (codes >> np.uint64(2 * (RGG_GRID_BITS - level))).astype(np.int64)      # of the search grid
+    cell_codes, cell_first = np.unique(cells, return_index=True)
     cell_first = np.append(cell_first, len(codes)).astype(np.int64)
-    del codes
+    del codes, cells
     return _rgg_rows(positions, ids, cell_codes, cell_first, level, np.searchsorted(ids, agents), radius)
 
 
