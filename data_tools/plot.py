@@ -88,7 +88,7 @@ def thinned_rows(info, assignments, max_points):
     """Every step-th row's point, agent and final label (step so that at most max_points remain),
     the points checked to be data nkmpi runs on (finite, within its coordinate limit)."""
     step = -(-info.n_points // max_points)
-    points = read_rows(info, 0, info.n_agents, step).astype(np.float64)
+    points = read_rows(info, info.block(0, info.n_agents), step).astype(np.float64)
     rows = np.arange(0, info.n_points, step)
     agents = np.searchsorted(info.offsets, rows, side="right") - 1
     return points, agents, assignments[::step]

@@ -23,10 +23,10 @@ import numpy as np
 from .errors import InputError, agree
 from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
-from .formats.dataset import DatasetInfo, check_rows, check_weights, open_dataset, read_all, read_rows, read_weights
+from .formats.dataset import (DatasetInfo, check_rows, check_weights, open_dataset, place_blocks, read_all, read_rows,
+                              read_weights)
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
-from .graph import (BlockOwners, block_placement, edge_file, graph_text, local_graph, network_of, not_connected,
-                    reads_stored_rows)
+from .graph import BlockOwners, edge_file, graph_text, local_graph, network_of, not_connected, reads_stored_rows
 from .init import check_enough_distinct, distinct_rows, weighed_rows
 from .memory import peak_resident_bytes, release_compiler_code, release_freed_memory, resident_bytes
 from .monitor import LOOP_PHASES
@@ -44,11 +44,15 @@ INTERRUPTED, PERIODIC = "interrupted", "periodic"
 class Shard:
     """This rank's part of the data, and where the rest of it lives.
 
-    info : the whole data: its size, dtype, agent offsets and the file's own graph.
+    info : the whole data: its size, dtype and the file's own graph (not every agent's
+        offsets: no rank holds those).
     agents : (L,) ascending global ids of this rank's agents.
     owner : the rank hosting each agent, owner[ids]: graph.BlockOwners when the ranks hold
         consecutive agents in rank order (as files store them), else an (M,) array.
     rank : this rank.
+    offsets : (L+1,) offsets of this rank's agents within its rows.
+    row_start : where its rows start among all rows, when the ranks hold consecutive agents
+        in rank order (the rows of the ranks before it).
     load : returns this rank's rows, grouped by agent and checked (collective).
     load_weights : returns their weights, checked, or None when the data are unweighted
         (collective).
@@ -58,14 +62,10 @@ class Shard:
     agents: np.ndarray
     owner: BlockOwners | np.ndarray
     rank: int
+    offsets: np.ndarray
+    row_start: int
     load: Callable[[], np.ndarray]
     load_weights: Callable[[], np.ndarray | None]
-
-    @property
-    def offsets(self) -> np.ndarray:
-        """(L+1,) offsets of this rank's agents within its rows."""
-        sizes = self.info.points_per_agent[self.agents]
-        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
     @property
     def consecutive(self) -> bool:
@@ -81,20 +81,20 @@ class Shard:
 
 
 class DatasetSource:
-    """Rows from a dataset v1 file: each rank reads the agents of its block (block placement
-    balances the rows), and nothing else, the ranks together through MPI-IO where h5py has it."""
+    """Rows from a dataset v1 file: each rank reads the offsets and rows of its block of
+    agents (block placement balances the rows, `place_blocks`) and nothing else, the ranks
+    together through MPI-IO where h5py has it."""
 
     def __init__(self, path: str):
         self.path = path
 
     def open(self, comm) -> Shard:
-        rank, size = comm.Get_rank(), comm.Get_size()
-        info = agree(comm, open_dataset, self.path)
-        bounds = agree(comm, block_placement, info.points_per_agent, size)
-        first, stop = int(bounds[rank]), int(bounds[rank + 1])
-        return Shard(info, np.arange(first, stop), BlockOwners(bounds), rank,
-                     lambda: agree(comm, read_rows, info, first, stop, comm=comm),
-                     lambda: agree(comm, read_weights, info, first, stop, comm=comm))
+        info = agree(comm, open_dataset, self.path, whole_offsets=False)
+        bounds, block = place_blocks(info, comm)
+        return Shard(info, np.arange(block.first, block.stop), BlockOwners(bounds), comm.Get_rank(),
+                     block.local_offsets, block.row_start,
+                     lambda: agree(comm, read_rows, info, block, comm=comm),
+                     lambda: agree(comm, read_weights, info, block, comm=comm))
 
 
 class ArraySource:
@@ -135,12 +135,9 @@ class ArraySource:
             owner = BlockOwners(np.concatenate([[0], np.cumsum(counts)]))
         else:
             owner = np.repeat(np.arange(len(everyone), dtype=np.int64), counts)[np.argsort(ids)]
-        sizes = np.empty(len(ids), dtype=np.int64)
-        sizes[ids] = np.concatenate([s for _, s, *_ in everyone])
-        all_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        info = DatasetInfo(None, int(all_offsets[-1]), points.shape[1], points.dtype, all_offsets,
-                           False, None, weights is not None)
-        return Shard(info, agents, owner, rank, lambda: points, lambda: weights)
+        rows = [int(s.sum()) for _, s, *_ in everyone]
+        info = DatasetInfo(None, sum(rows), points.shape[1], points.dtype, len(ids), False, None, weights is not None)
+        return Shard(info, agents, owner, rank, offsets, sum(rows[:rank]), lambda: points, lambda: weights)
 
 
 def rows_and_offsets(points, agent_offsets):
@@ -303,12 +300,15 @@ def run_graph(comm, options, info, shard):
     return graph, whole_network
 
 
-def check_same_data(path, saved, attrs, whole_network, earlier_points):
+def check_same_data(path, saved, attrs, whole_network, earlier_points, earlier_offsets):
     """Refuse a checkpoint of other points, offsets or edges, even of the same shapes.  A
-    checkpoint's fingerprints of the earlier kinds are checked where the offsets match:
-    the points' against `earlier_points()`, then, where only the graph's still differs,
-    the graph's on the whole graph (`whole_network()` builds it; only then)."""
+    checkpoint's fingerprints of the earlier kinds are checked: the offsets' against
+    `earlier_offsets()`; where the offsets match, the points' against `earlier_points()`;
+    then, where only the graph's still differs, the graph's on the whole graph
+    (`whole_network()` builds it; only then).  The three callables are collective."""
     differ = [key for key in checkpoint_format.FINGERPRINTS if saved.get(key) != attrs[key]]
+    if checkpoint_format.OFFSETS_FINGERPRINT in differ and saved[checkpoint_format.OFFSETS_FINGERPRINT] == earlier_offsets():
+        differ.remove(checkpoint_format.OFFSETS_FINGERPRINT)
     if checkpoint_format.POINTS_FINGERPRINT in differ and checkpoint_format.OFFSETS_FINGERPRINT not in differ:
         if saved[checkpoint_format.POINTS_FINGERPRINT] == earlier_points():
             differ.remove(checkpoint_format.POINTS_FINGERPRINT)
@@ -401,7 +401,7 @@ class _Run:
             raise InputError("checkpoints need the ranks to hold consecutive agents in rank order",
                              collective=True)
         first, stop = shard.agent_start, shard.agent_start + len(shard.agents)
-        row_start, row_stop = int(info.offsets[first]), int(info.offsets[stop])
+        row_start, row_stop = shard.row_start, shard.row_start + int(shard.offsets[-1])
         resume = None
         if options.resume:
             resume = agree(comm, checkpoint_format.read_checkpoint, options.resume, first, stop,
@@ -413,15 +413,23 @@ class _Run:
         points, offsets, agents = shard.load(), shard.offsets, shard.agents
         weights = shard.load_weights()
         if out or checkpoint or resume:
-            point_shares, graph_shares = zip(*comm.allgather((points_share(points, weights, offsets, agents),
-                                                               graph.fingerprint_share())))
-            attrs.update(checkpoint_format.combine_fingerprints(point_shares, info.offsets, graph_shares))
+            attrs.update(checkpoint_format.combine_fingerprints(*zip(*comm.allgather((
+                points_share(points, weights, offsets, agents),
+                checkpoint_format.offsets_share(agents, np.diff(offsets)), graph.fingerprint_share())))))
         if resume:
             def earlier_points():           # collective: every rank reaches it alike
                 return checkpoint_format.added_shares(
                     comm.allgather(earlier_points_share(points, weights, offsets, agents)))
 
-            agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network, earlier_points)
+            def earlier_offsets():          # collective; every agent's offsets, as such a checkpoint was made
+                everyone = comm.allgather((agents, np.diff(offsets)))
+                sizes = np.zeros(info.n_agents, dtype=np.int64)
+                for ids, counts in everyone:
+                    sizes[ids] = counts
+                return checkpoint_format.earlier_offsets_fingerprint(np.concatenate([[0], np.cumsum(sizes)]))
+
+            agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network, earlier_points,
+                  earlier_offsets)
         if weights is not None and comm.allreduce(float(weights.sum())) == 0:
             raise InputError("every row has weight 0: nothing to cluster", collective=True)
         samples = comm.allgather(distinct_rows(weighed_rows(points, weights), options.n_clusters))
@@ -495,7 +503,7 @@ def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     out, _ = output_paths(options, data, init_file)
     run_id = new_run_id()
     info, points = read_all(data)
-    weights = read_weights(info, 0, info.n_agents)
+    weights = read_weights(info, info.block(0, info.n_agents))
     options = options.resolve(info.n_points, info.n_agents)
     options.check_data(info.n_features, info.dtype)
     if weights is not None and weights.sum() == 0:
@@ -504,9 +512,11 @@ def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     network = network_of(options.graph, info.n_agents, options.seed, info.graph)
     attrs = data_attrs(options, info, 1)
     check_output(out, run_id, attrs)
+    every_agent = np.arange(info.n_agents)
     attrs.update(checkpoint_format.combine_fingerprints(
-        [points_share(points, weights, info.offsets, range(info.n_agents))], info.offsets,
-        [network.rows(np.arange(info.n_agents)).fingerprint_share()]))
+        [points_share(points, weights, info.offsets, every_agent)],
+        [checkpoint_format.offsets_share(every_agent, info.points_per_agent)],
+        [network.rows(every_agent).fingerprint_share()]))
     started = time.perf_counter()
     result = reference_simulate(points, info.offsets, network, options, stream=stream, weights=weights)
     model, attrs["consensus_cost"] = consensus(None, result.centers, info.n_agents, points, info.offsets,
@@ -547,7 +557,7 @@ def summarize(path, data=None) -> dict:
     if not isinstance(data, str):
         raise InputError(f"{path}: holds no dataset path; pass --data")
     info, points = read_all(data)
-    weights = read_weights(info, 0, info.n_agents)
+    weights = read_weights(info, info.block(0, info.n_agents))
     centers, start = result["centers"], result["initial_centers"]
     if centers.shape[2] != points.shape[1] or len(result["assignments"]) != len(points):
         raise InputError(f"{path} does not belong to {data}: {len(result['assignments'])} points "

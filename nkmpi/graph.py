@@ -854,15 +854,33 @@ def block_placement(points_per_agent: np.ndarray, n_ranks: int) -> np.ndarray:
 
     An agent's work is its point count plus one (its center update), so agents
     without points still spread out.  Returns bounds (R+1,): rank r hosts
-    agents bounds[r]:bounds[r+1], at least one each.
+    agents bounds[r]:bounds[r+1], at least one each.  (A run's ranks find the same
+    bounds from a slice of the offsets each: formats.dataset.place_blocks.)
     """
     n_agents = len(points_per_agent)
+    check_rank_count(n_agents, n_ranks)
+    work = np.cumsum(np.asarray(points_per_agent, dtype=np.float64) + 1.0)
+    targets = placement_targets(int(np.sum(points_per_agent)), n_agents, n_ranks)
+    return block_bounds(np.searchsorted(work, targets, side="left"), n_agents)
+
+
+def check_rank_count(n_agents: int, n_ranks: int) -> None:
     if n_ranks > n_agents:
         raise InputError(f"{n_ranks} ranks but only {n_agents} agents: use at most one rank per agent")
-    work = np.cumsum(np.asarray(points_per_agent, dtype=np.float64) + 1.0)
-    targets = work[-1] * np.arange(1, n_ranks) / n_ranks
-    cuts = np.searchsorted(work, targets, side="left") + 1
-    bounds = np.concatenate([[0], cuts, [n_agents]]).astype(np.int64)
+
+
+def placement_targets(n_points: int, n_agents: int, n_ranks: int) -> np.ndarray:
+    """(R-1,) the work done before ranks 1..R-1 start in a balanced placement, where the
+    work of all agents is N + M (exact in float64 below 2**53, as are its prefix sums)."""
+    return float(n_points + n_agents) * np.arange(1, n_ranks) / n_ranks
+
+
+def block_bounds(below: np.ndarray, n_agents: int) -> np.ndarray:
+    """Bounds (R+1,) from below[j], the number of agents whose work up to and including
+    their own is below target j (`placement_targets`): rank j+1 starts after them, at
+    least one agent after rank j and early enough to leave one for each later rank."""
+    n_ranks = len(below) + 1
+    bounds = np.concatenate([[0], np.asarray(below) + 1, [n_agents]]).astype(np.int64)
     for r in range(1, n_ranks):               # every rank gets at least one agent
         bounds[r] = max(bounds[r], bounds[r - 1] + 1)
     for r in range(n_ranks - 1, 0, -1):

@@ -18,9 +18,8 @@ import numpy as np
 from .errors import InputError, agree
 from .formats import labels as labels_format
 from .formats import result as result_format
-from .formats.dataset import open_dataset, read_row_range, read_rows
+from .formats.dataset import open_dataset, place_blocks, read_row_range, read_rows
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
-from .graph import block_placement
 
 
 def output_path(result, data, out):
@@ -51,17 +50,16 @@ def predict(comm, result, data, out=None, model=result_format.CONSENSUS_MODEL, r
     from . import kernels
     rank, size = comm.Get_rank(), comm.Get_size()
     out = agree(comm, output_path, result, data, out)
-    info = agree(comm, open_dataset, data)
+    info = agree(comm, open_dataset, data, whole_offsets=False)
     agree(comm, check_compatible, result, info, str(model))
     run_id = comm.bcast(new_run_id() if rank == 0 else None, root=0)
     attrs = {"model": str(model), "result": os.path.abspath(result), "data": os.path.abspath(data)}
     agree(comm, check_output if rank == 0 else (lambda *_: None), out, run_id, attrs)
     if str(model) == result_format.OWN_MODEL:        # by agents: each row needs its agent's centers
-        bounds = agree(comm, block_placement, info.points_per_agent, size)
-        first, stop = int(bounds[rank]), int(bounds[rank + 1])
-        start = int(info.offsets[first])
-        rows = agree(comm, read_rows, info, first, stop, comm=comm)
-        offsets = info.offsets[first:stop + 1] - start
+        _, block = place_blocks(info, comm)
+        first, stop, start = block.first, block.stop, block.row_start
+        rows = agree(comm, read_rows, info, block, comm=comm)
+        offsets = block.local_offsets
     else:                                             # one model for every row: by rows
         start, end = rank * info.n_points // size, (rank + 1) * info.n_points // size
         first, stop = 0, 1

@@ -16,7 +16,7 @@ import pytest
 from conftest import (EXECUTION_RECORD, MPI_TIMEOUT, assert_same_file, file_contents, mpi_command, mpi_env,
                       run_mpi, stop_signal, uneven_dataset)
 from nkmpi.cli import main
-from nkmpi.formats.checkpoint import earlier_block_fingerprint, earlier_graph_fingerprint
+from nkmpi.formats.checkpoint import earlier_block_fingerprint, earlier_graph_fingerprint, earlier_offsets_fingerprint
 from nkmpi.formats.dataset import open_dataset, read_all, write_dataset
 from nkmpi.formats.result import read_result
 from nkmpi.graph import Network, build_network
@@ -205,12 +205,13 @@ def test_resume_refuses_other_data_of_the_same_shapes(dataset, tmp_path, edit, w
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("edit,what", [(_nudge_point, "the points"), (_rewire, "the graph's edges")])
+@pytest.mark.parametrize("edit,what", [(_nudge_point, "the points"), (_move_a_row, "offsets"),
+                                       (_rewire, "the graph's edges")])
 def test_checkpoint_with_the_earlier_fingerprints_resumes(dataset, tmp_path, edit, what):
     """Checkpoints written before the points were hashed number by number carry a BLAKE2b
-    digest per agent as the points' fingerprint and, written before each rank built only its
-    own rows of the graph, a digest of the whole graph's CSR: they resume on those data and
-    are refused on others."""
+    digest per agent as the points' fingerprint and, written before each rank read only its
+    own offsets and built only its own rows of the graph, digests of every agent's offsets
+    and of the whole graph's CSR: they resume on those data and are refused on others."""
     args = ["-k", 3, "--iters", 30, "--monitor-every", 5, "--tol", 0, "--quiet"]
     checkpoint = tmp_path / "ck.h5"
     proc = run_mpi(2, ["run", dataset, *args, "--out", tmp_path / "a.h5", "--checkpoint", checkpoint,
@@ -219,6 +220,7 @@ def test_checkpoint_with_the_earlier_fingerprints_resumes(dataset, tmp_path, edi
     network = build_network("dataset", 12, dataset_graph=open_dataset(dataset).graph)
     info, points = read_all(dataset)
     earlier = {"fingerprint_points": f"{earlier_block_fingerprint(points, info.offsets, range(12)):016x}",
+               "fingerprint_offsets": earlier_offsets_fingerprint(info.offsets),
                "fingerprint_graph": earlier_graph_fingerprint(network.indptr, network.indices)}
     with h5py.File(checkpoint, "r+") as f:
         for key, value in earlier.items():

@@ -1,16 +1,21 @@
-"""nkmpi.formats, one process: each format round trips, refuses another version and another
-format, and a writer that fails leaves neither its file nor a temporary one behind."""
+"""nkmpi.formats: each format round trips, refuses another version and another
+format, and a writer that fails leaves neither its file nor a temporary one behind; the
+ranks of a run place a dataset's agents from a slice of its offsets each."""
 
 import os
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
+from conftest import run_script
 from nkmpi.errors import InputError
 from nkmpi.formats import checkpoint, dataset, hdf5, result
 from nkmpi.graph import Network, build_network
 from nkmpi.monitor import METRICS
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
 OFFSETS = np.array([0, 3, 3, 7, 10])
 EDGES = np.array([[0, 1], [1, 2], [2, 3]])
@@ -43,9 +48,12 @@ def test_dataset_round_trip(tmp_path, dtype):
     np.testing.assert_array_equal(info.offsets, OFFSETS)
     assert info.graph.edges is None and info.graph.n_edges == len(EDGES)       # stored as CSR
     np.testing.assert_array_equal(build_network("dataset", 4, dataset_graph=info.graph).edges, EDGES)
-    np.testing.assert_array_equal(dataset.read_rows(info, 2, 4), points(dtype)[3:])
-    np.testing.assert_array_equal(dataset.read_rows(info, 0, 4, step=3), points(dtype)[::3])
-    np.testing.assert_array_equal(dataset.read_labels(info, 2, 3), np.arange(3, 7) % 3)
+    np.testing.assert_array_equal(dataset.read_rows(info, info.block(2, 4)), points(dtype)[3:])
+    np.testing.assert_array_equal(dataset.read_rows(info, info.block(0, 4), step=3), points(dtype)[::3])
+    np.testing.assert_array_equal(dataset.read_labels(info, info.block(2, 3)), np.arange(3, 7) % 3)
+    block = dataset.read_block(dataset.open_dataset(path, whole_offsets=False), 1, 3)
+    assert (block.first, block.stop, block.row_start, block.row_stop) == (1, 3, 3, 7)
+    np.testing.assert_array_equal(block.offsets, OFFSETS[1:4])
     assert files(tmp_path) == ["d.h5"]
 
 
@@ -223,15 +231,23 @@ def test_fingerprint_shares_add_up_alike_on_any_split():
     splits = ((0, 1), (1, 3), (3, 4))
     graph_whole = [network.rows(np.arange(4)).fingerprint_share()]
     graph_shares = [network.rows(np.arange(a, b)).fingerprint_share() for a, b in splits]
-    whole = checkpoint.combine_fingerprints([checkpoint.block_fingerprint(rows, OFFSETS, range(4))], OFFSETS,
+    sizes = np.diff(OFFSETS)
+    offsets_whole = [checkpoint.offsets_share(range(4), sizes)]
+    offsets_shares = [checkpoint.offsets_share(range(a, b), sizes[a:b]) for a, b in splits]
+    whole = checkpoint.combine_fingerprints([checkpoint.block_fingerprint(rows, OFFSETS, range(4))], offsets_whole,
                                             graph_whole)
     shares = [checkpoint.block_fingerprint(rows[OFFSETS[a]:OFFSETS[b]], OFFSETS[a:b + 1] - OFFSETS[a],
                                            range(a, b)) for a, b in splits]
-    assert checkpoint.combine_fingerprints(shares, OFFSETS, graph_shares) == whole
+    assert checkpoint.combine_fingerprints(shares, offsets_shares, graph_shares) == whole
     assert set(whole) == set(checkpoint.FINGERPRINTS)
-    moved = checkpoint.block_fingerprint(rows, np.array([0, 4, 4, 7, 10]), range(4))
-    assert checkpoint.combine_fingerprints([moved], OFFSETS, graph_whole)["fingerprint_points"] != \
-        whole["fingerprint_points"]
+    moved_offsets = np.array([0, 4, 4, 7, 10])
+    moved = checkpoint.block_fingerprint(rows, moved_offsets, range(4))
+    moved = checkpoint.combine_fingerprints([moved], [checkpoint.offsets_share(range(4), np.diff(moved_offsets))],
+                                            graph_whole)
+    assert moved["fingerprint_points"] != whole["fingerprint_points"]
+    assert moved["fingerprint_offsets"] != whole["fingerprint_offsets"]
+    swapped = checkpoint.offsets_share([1, 0, 2, 3], sizes)            # the same counts on other agents
+    assert swapped != offsets_whole[0] and swapped == checkpoint.offsets_share(range(4), sizes[[1, 0, 2, 3]])
     for row, column in ((0, 0), (9, 1)):           # one value one ulp off: another fingerprint
         nudged = rows.copy()
         nudged[row, column] = np.nextafter(nudged[row, column], np.inf)
@@ -242,7 +258,7 @@ def test_fingerprint_shares_add_up_alike_on_any_split():
               for a, b in splits]
     assert sum(shares) % 2**64 == checkpoint.block_fingerprint(single, OFFSETS, range(4))
     path = build_network("path", 4).rows(np.arange(4)).fingerprint_share()
-    assert checkpoint.combine_fingerprints([0], OFFSETS, [path])["fingerprint_graph"] != \
+    assert checkpoint.combine_fingerprints([0], offsets_whole, [path])["fingerprint_graph"] != \
         whole["fingerprint_graph"]
 
 
@@ -320,3 +336,13 @@ def test_a_malformed_row_is_refused_when_read(tmp_path, indptr, indices, words):
     info = graph_file(tmp_path / "d.h5", indptr, indices)
     with pytest.raises(InputError, match=words):
         build_network("dataset", 4, dataset_graph=info.graph)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n_ranks", [1, 2, 3])
+def test_ranks_place_blocks_from_a_slice_of_the_offsets_each(tmp_path, n_ranks):
+    """formats.dataset.place_blocks against graph.block_placement on every agent's offsets,
+    no rank reading more offsets than its slice or its block (tests/mpi_scripts/placement.py)."""
+    proc = run_script(n_ranks, SCRIPTS / "placement.py", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "placements checked: 6" in proc.stdout, proc.stdout

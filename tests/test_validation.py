@@ -59,7 +59,10 @@ BAD = {
                    "'points' must be float32 or float64, is int32"),
     "offsets float": (lambda f: rewrite("agent_offsets", f["agent_offsets"][()].astype(float))(f),
                       "'agent_offsets' must be a 1-D integer array"),
-    "offsets decrease": (offsets_edit(lambda o: o.__setitem__(4, o[2] - 1)), "'agent_offsets' decreases at agent"),
+    "offsets decrease": (offsets_edit(lambda o: o.__setitem__(4, o[2] - 1)), "'agent_offsets' decreases at agent 3 ("),
+    # In the second rank's slice of the offsets (agents 6..12), as every rank reads only its own.
+    "offsets decrease late": (offsets_edit(lambda o: o.__setitem__(9, o[7] - 1)),
+                              "'agent_offsets' decreases at agent 8 ("),
     "offsets end": (offsets_edit(lambda o: o.__setitem__(-1, o[-1] - 1)), "'agent_offsets' ends at"),
     "offsets start": (offsets_edit(lambda o: o.__setitem__(0, 1)), "'agent_offsets' must start at 0"),
     "labels shape": (rewrite("labels", np.zeros(3, dtype=np.int64)), "'labels' must be an integer array"),

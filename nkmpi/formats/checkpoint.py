@@ -35,8 +35,9 @@ INTERRUPTED = "interrupted"
 FINGERPRINTS = {"fingerprint_points": "the points", "fingerprint_offsets": "the agents' rows (offsets)",
                 "fingerprint_graph": "the graph's edges"}
 POINTS_FINGERPRINT, OFFSETS_FINGERPRINT, GRAPH_FINGERPRINT = FINGERPRINTS
-#: The salts of the points' and the weights' shares of the points' fingerprint.
-POINTS_SALT, WEIGHTS_SALT = 0x504F_494E_5453, 0x5745_4947_4854
+#: The salts of the points' and the weights' shares of the points' fingerprint, and of the
+#: agents' row counts' shares of the offsets'.
+POINTS_SALT, WEIGHTS_SALT, OFFSETS_SALT = 0x504F_494E_5453, 0x5745_4947_4854, 0x4F46_4653_4554
 
 
 def write_checkpoint(path: str | os.PathLike, comm: MPI.Comm | None, *, run_id: str, n_agents: int,
@@ -129,18 +130,35 @@ def earlier_block_fingerprint(rows: np.ndarray, offsets: np.ndarray, agents: Ite
     return total % 2**64
 
 
-def combine_fingerprints(point_shares: Iterable[int], offsets: np.ndarray, graph_shares: Iterable[int]) -> dict:
-    """The fingerprint attributes of a run: the points (the ranks' `block_fingerprint`
-    shares added), the agent offsets and the graph (the ranks' LocalGraph.fingerprint_share
-    added), as hex strings."""
+def offsets_share(agents: Iterable[int], rows_per_agent: np.ndarray) -> int:
+    """This block's share of the offsets' fingerprint: each agent's row count hashed as
+    `block_fingerprint` hashes a row of one number, keyed by the agent.  The row counts give
+    the offsets, and the shares of any placement add up alike, so no rank needs every
+    agent's offsets to fingerprint them."""
+    bits = np.ascontiguousarray(rows_per_agent, dtype=np.int64).view(np.uint64).reshape(-1, 1)
+    return int(_block_share(bits, np.arange(len(bits) + 1, dtype=np.int64), np.asarray(agents, dtype=np.int64),
+                            np.uint64(OFFSETS_SALT)))
+
+
+def combine_fingerprints(point_shares: Iterable[int], offsets_shares: Iterable[int],
+                         graph_shares: Iterable[int]) -> dict:
+    """The fingerprint attributes of a run, as hex strings, from the ranks' shares of each:
+    the points' (`block_fingerprint`), the agent offsets' (`offsets_share`) and the graph's
+    (LocalGraph.fingerprint_share)."""
     return {POINTS_FINGERPRINT: added_shares(point_shares),
-            OFFSETS_FINGERPRINT: _digest(offsets),
+            OFFSETS_FINGERPRINT: added_shares(offsets_shares),
             GRAPH_FINGERPRINT: added_shares(graph_shares)}
 
 
 def added_shares(shares: Iterable[int]) -> str:
     """A fingerprint from the ranks' shares: their sum modulo 2**64, as hex."""
     return f"{sum(shares) % 2**64:016x}"
+
+
+def earlier_offsets_fingerprint(offsets: np.ndarray) -> str:
+    """The offsets fingerprint of checkpoints written before ranks read only their own
+    offsets: a 64-bit BLAKE2b digest of every agent's.  Such a checkpoint still resumes."""
+    return _digest(offsets)
 
 
 def earlier_graph_fingerprint(indptr: np.ndarray, indices: np.ndarray) -> str:

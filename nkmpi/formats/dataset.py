@@ -5,9 +5,10 @@ the schema).
 The data tools (and tests, and benchmarks) write it through `write_dataset` or, in pieces
 for data larger than memory, `write_dataset_rows`; every file is checked by this
 module's own reader before it takes its name.  `nkmpi run` reads it here: each rank
-opens the file, reads the O(M) metadata every rank needs (the offsets) and then only
-its own rows, the ranks together through MPI-IO where h5py has it (`hdf5.io_driver`), and
-its own agents' rows of the graph (`StoredGraph.rows`).
+opens the file for its shapes, reads one slice of the offsets to place the agents
+(`place_blocks`), then only its own block's offsets and rows, the ranks together through
+MPI-IO where h5py has it (`hdf5.io_driver`), and its own agents' rows of the graph
+(`StoredGraph.rows`): no rank reads anything of every agent.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import h5py
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..errors import InputError
-from ..graph import Network, malformed_row
+from ..errors import InputError, agree
+from ..graph import Network, block_bounds, check_rank_count, malformed_row, placement_targets
 from .hdf5 import atomic_file, check_header, reading, shared_file, write_header
 
 if TYPE_CHECKING:
@@ -44,35 +45,71 @@ WEIGHTS = "weights"
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """What every rank knows about a dataset: shapes, offsets and the optional graph."""
+    """What every rank knows about a dataset: its shapes and the optional graph, and, for
+    serial tools, every agent's offsets."""
 
     path: str
     n_points: int
     n_features: int
     dtype: np.dtype
-    offsets: np.ndarray
+    n_agents: int
     has_labels: bool
     graph: StoredGraph | None       # None when the file has no graph
     has_weights: bool = False
-    #: Whether points, labels or weights are virtual datasets, which HDF5 1.10 does not read
-    #: through MPI-IO: each rank then reads its rows alone.
+    #: Whether points, labels, weights or offsets are virtual datasets, which HDF5 1.10 does
+    #: not read through MPI-IO: each rank then reads its slices alone.
     virtual: bool = False
-
-    @property
-    def n_agents(self) -> int:
-        return len(self.offsets) - 1
+    #: (M+1,) int64 every agent's offsets, checked: read by `open_dataset(path)`, None from
+    #: `open_dataset(path, whole_offsets=False)`, whose callers read blocks (`read_block`).
+    offsets: np.ndarray | None = None
 
     @property
     def points_per_agent(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+    def block(self, first: int, stop: int) -> AgentBlock:
+        """Agents first..stop-1 and their rows, from the offsets read whole."""
+        return AgentBlock(first, self.offsets[first:stop + 1])
+
+
+@dataclass(frozen=True)
+class AgentBlock:
+    """Consecutive agents first..stop-1 of a dataset and where their rows are: agent first + i
+    owns rows offsets[i]:offsets[i+1] of the file; offsets (L+1,) int64."""
+
+    first: int
+    offsets: np.ndarray
+
+    @property
+    def stop(self) -> int:
+        return self.first + len(self.offsets) - 1
+
+    @property
+    def row_start(self) -> int:
+        return int(self.offsets[0])
+
+    @property
+    def row_stop(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def local_offsets(self) -> np.ndarray:
+        """(L+1,) the agents' offsets within the block's rows."""
+        return self.offsets - self.offsets[0]
+
+    def agent_of(self, row: int) -> int:
+        """The agent that owns `row` (a row of the block's)."""
+        return self.first + int(np.searchsorted(self.offsets, row, side="right")) - 1
 
 
 def _fail(path, what):
     raise InputError(f"{path}: {what}")
 
 
-def open_dataset(path: str | os.PathLike) -> DatasetInfo:
-    """Validate the structure of a dataset v1 file and read its metadata."""
+def open_dataset(path: str | os.PathLike, whole_offsets: bool = True) -> DatasetInfo:
+    """Validate the structure of a dataset v1 file and read its metadata: with
+    `whole_offsets`, every agent's offsets, checked; without, only their shape (a run's
+    ranks read and check them by blocks: `place_blocks`, `read_block`)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         _fail(path, "no such file")
@@ -82,10 +119,10 @@ def open_dataset(path: str | os.PathLike) -> DatasetInfo:
         if not h5py.is_hdf5(path):
             _fail(path, "not an HDF5 file")
         with h5py.File(path, "r") as f:
-            return _read_metadata(path, f)
+            return _read_metadata(path, f, whole_offsets)
 
 
-def _read_metadata(path, f):
+def _read_metadata(path, f, whole_offsets):
     check_header(f, path, FORMAT, VERSION, "dataset")
     for name in (POINTS, AGENT_OFFSETS):
         if not isinstance(f.get(name), h5py.Dataset):
@@ -100,15 +137,11 @@ def _read_metadata(path, f):
     if offsets_ds.ndim != 1 or offsets_ds.shape[0] < 2 or offsets_ds.dtype.kind not in "iu":
         _fail(path, f"{AGENT_OFFSETS!r} must be a 1-D integer array of length M+1 >= 2, "
                     f"has shape {offsets_ds.shape} and dtype {offsets_ds.dtype}")
-    offsets = offsets_ds[()].astype(np.int64)
-    if offsets[0] != 0:
-        _fail(path, f"{AGENT_OFFSETS!r} must start at 0, starts at {offsets[0]}")
-    drops = np.flatnonzero(np.diff(offsets) < 0)
-    if drops.size:
-        i = drops[0]
-        _fail(path, f"{AGENT_OFFSETS!r} decreases at agent {i} ({offsets[i]} -> {offsets[i + 1]})")
-    if offsets[-1] != n_points:
-        _fail(path, f"{AGENT_OFFSETS!r} ends at {offsets[-1]}, but {POINTS!r} has {n_points} rows")
+    n_agents = offsets_ds.shape[0] - 1
+    offsets = None
+    if whole_offsets:
+        offsets = offsets_ds[()].astype(np.int64)
+        check_offsets(path, offsets, 0, n_agents, n_points)
     has_labels = LABELS in f
     if has_labels:
         labels = f[LABELS]
@@ -120,10 +153,54 @@ def _read_metadata(path, f):
         if not isinstance(weights, h5py.Dataset) or weights.shape != (n_points,) \
                 or weights.dtype not in (np.float32, np.float64):
             _fail(path, f"{WEIGHTS!r} must be a float32 or float64 array of shape ({n_points},)")
-    graph = _read_graph_layout(path, f, len(offsets) - 1)
+    graph = _read_graph_layout(path, f, n_agents)
     virtual = _check_virtual_sources(path, f)
-    return DatasetInfo(path, n_points, points.shape[1], points.dtype, offsets, has_labels, graph, has_weights,
-                       virtual)
+    return DatasetInfo(path, n_points, points.shape[1], points.dtype, n_agents, has_labels, graph, has_weights,
+                       virtual, offsets)
+
+
+def check_offsets(path: str, offsets: np.ndarray, first: int, n_agents: int, n_points: int) -> None:
+    """Fail unless offsets[first:first+len(offsets)] of a file of `n_agents` agents and
+    `n_points` rows can be its agent offsets: starting at 0 (when the slice starts at agent
+    0), never decreasing, ending at N (when it ends at agent M).  Slices that overlap by one
+    offset and cover 0..M check the whole, and the first fault in agent order is the first
+    slice's, as agreed among ranks (errors.agree)."""
+    if first == 0 and offsets[0] != 0:
+        _fail(path, f"{AGENT_OFFSETS!r} must start at 0, starts at {offsets[0]}")
+    drops = np.flatnonzero(np.diff(offsets) < 0)
+    if drops.size:
+        i = int(drops[0])
+        _fail(path, f"{AGENT_OFFSETS!r} decreases at agent {first + i} ({offsets[i]} -> {offsets[i + 1]})")
+    if first + len(offsets) - 1 == n_agents and offsets[-1] != n_points:
+        _fail(path, f"{AGENT_OFFSETS!r} ends at {offsets[-1]}, but {POINTS!r} has {n_points} rows")
+
+
+def read_block(info: DatasetInfo, first: int, stop: int, comm: MPI.Comm | None = None) -> AgentBlock:
+    """Agents first..stop-1 and their offsets, read from the file and checked
+    (`check_offsets`); with `comm`, every rank of it reads its own block at once
+    (collective), through MPI-IO where h5py has it."""
+    with reading(f"{info.path}: cannot read {AGENT_OFFSETS!r}"), _opened(info, comm) as f:
+        offsets = f[AGENT_OFFSETS][first:stop + 1].astype(np.int64)
+    check_offsets(info.path, offsets, first, info.n_agents, info.n_points)
+    return AgentBlock(first, offsets)
+
+
+def place_blocks(info: DatasetInfo, comm: MPI.Comm) -> tuple[np.ndarray, AgentBlock]:
+    """graph.block_placement of the file's agents over the ranks of `comm`, and this rank's
+    block; collective.  No rank reads every agent's offsets: rank r reads and checks agents
+    rM/R..(r+1)M/R, counts its agents whose work ends below each rank's target, and an
+    allreduce of the R - 1 counts gives the bounds, equal to block_placement's."""
+    from mpi4py import MPI
+    rank, size = comm.Get_rank(), comm.Get_size()
+    agree(comm, check_rank_count, info.n_agents, size)
+    first, stop = rank * info.n_agents // size, (rank + 1) * info.n_agents // size
+    part = agree(comm, read_block, info, first, stop, comm)
+    work = (part.offsets[1:] + np.arange(first + 1, stop + 1)).astype(np.float64)
+    below = np.searchsorted(work, placement_targets(info.n_points, info.n_agents, size), side="left")
+    comm.Allreduce(MPI.IN_PLACE, below, op=MPI.SUM)
+    bounds = block_bounds(below, info.n_agents)
+    del part, work
+    return bounds, agree(comm, read_block, info, int(bounds[rank]), int(bounds[rank + 1]), comm)
 
 
 def _integer_array(path, f, name, ndim, what):
@@ -238,13 +315,14 @@ def _check_rows_of(path, agents, indptr, indices, n_agents):
 
 
 def _check_virtual_sources(path, f):
-    """Refuse a virtual `points`, `labels` or `weights` (data_tools.stitch writes them) unless
+    """Refuse a virtual `points`, `labels`, `weights` or offsets (data_tools.stitch writes the
+    first three) unless
     every file it maps is where HDF5 looks for it and holds a plain dataset of the mapped size
     and dtype: HDF5 reads a missing or changed source as fill values, without an error.
     Returns whether there is any."""
     folder = os.path.dirname(os.path.join(os.getcwd(), path))     # HDF5's base for relative names
     found = False
-    for name in (POINTS, LABELS, WEIGHTS):
+    for name in (POINTS, LABELS, WEIGHTS, AGENT_OFFSETS):
         virtual = f.get(name)
         if not (isinstance(virtual, h5py.Dataset) and virtual.is_virtual):
             continue
@@ -314,10 +392,10 @@ def coordinate_limit(dtype: DTypeLike, n_features: int) -> float:
 CHECK_ROWS = 65536
 
 
-def check_rows(rows: np.ndarray, where: str, first_row: int = 0, offsets: np.ndarray | None = None,
+def check_rows(rows: np.ndarray, where: str, first_row: int = 0, block: AgentBlock | None = None,
                step: int = 1) -> None:
     """Fail on a row holding NaN, Inf or a coordinate beyond `coordinate_limit`,
-    naming the row (and its agent, given the offsets); `rows` are every step-th row
+    naming the row (and its agent, given the agents' block); `rows` are every step-th row
     from first_row on."""
     limit = coordinate_limit(rows.dtype, rows.shape[1])
     for start in range(0, len(rows), CHECK_ROWS):          # in chunks: no temporary copy of a shard
@@ -325,8 +403,7 @@ def check_rows(rows: np.ndarray, where: str, first_row: int = 0, offsets: np.nda
         if bad.size:
             found = start + int(bad[0])
             row = first_row + step * found
-            agent = "" if offsets is None else \
-                f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
+            agent = "" if block is None else f" (agent {block.agent_of(row)})"
             what = ("contains NaN or Inf" if not np.isfinite(rows[found]).all()
                     else f"has a coordinate beyond +-{limit:.3g}, where squared distances overflow: "
                          "rescale the data")
@@ -339,59 +416,58 @@ def _opened(info: DatasetInfo, comm: MPI.Comm | None) -> h5py.File:
     return shared_file(info.path, None if info.virtual else comm)
 
 
-def read_rows(info: DatasetInfo, first_agent: int, stop_agent: int, step: int = 1,
-              comm: MPI.Comm | None = None) -> np.ndarray:
-    """The points of agents first_agent..stop_agent-1 (every step-th row, for a
-    thinned view), checked (`check_rows`); `comm` as in `read_row_range`."""
-    return read_row_range(info, int(info.offsets[first_agent]), int(info.offsets[stop_agent]), step, comm)
+def read_rows(info: DatasetInfo, block: AgentBlock, step: int = 1, comm: MPI.Comm | None = None) -> np.ndarray:
+    """The points of the agents of `block` (every step-th row, for a thinned view),
+    checked (`check_rows`); `comm` as in `read_row_range`."""
+    return read_row_range(info, block.row_start, block.row_stop, step, comm, block)
 
 
-def read_row_range(info: DatasetInfo, start: int, stop: int, step: int = 1,
-                   comm: MPI.Comm | None = None) -> np.ndarray:
+def read_row_range(info: DatasetInfo, start: int, stop: int, step: int = 1, comm: MPI.Comm | None = None,
+                   block: AgentBlock | None = None) -> np.ndarray:
     """Rows start..stop-1 of the points, whatever agents they belong to (every step-th),
-    checked (`check_rows`).  With `comm`, every rank of it reads its own rows at once
-    (collective), through MPI-IO where h5py has it, unless the data are virtual."""
+    checked (`check_rows`, naming the agents of `block`).  With `comm`, every rank of it
+    reads its own rows at once (collective), through MPI-IO where h5py has it, unless the
+    data are virtual."""
     with reading(f"{info.path}: cannot read rows {start}..{stop}"), _opened(info, comm) as f:
         rows = f[POINTS][start:stop:step]
-    check_rows(rows, info.path, start, info.offsets, step)
+    check_rows(rows, info.path, start, block, step)
     return rows
 
 
-def check_weights(weights: np.ndarray, where: str, first_row: int = 0, offsets: np.ndarray | None = None) -> None:
+def check_weights(weights: np.ndarray, where: str, first_row: int = 0, block: AgentBlock | None = None) -> None:
     """Fail on a weight that is negative, NaN or infinite, naming its row (and agent)."""
     bad = np.flatnonzero(~((weights >= 0) & np.isfinite(weights)))
     if bad.size:
         row = first_row + int(bad[0])
-        agent = "" if offsets is None else f" (agent {int(np.searchsorted(offsets, row, side='right')) - 1})"
+        agent = "" if block is None else f" (agent {block.agent_of(row)})"
         raise InputError(f"{where}: weights row {row}{agent} is {weights[bad[0]]!r}: weights must be finite "
                          "and non-negative")
 
 
-def read_weights(info: DatasetInfo, first_agent: int, stop_agent: int,
-                 comm: MPI.Comm | None = None) -> np.ndarray | None:
-    """The row weights (float64) of agents first_agent..stop_agent-1, checked; None when
-    the file has none (every row weighs 1); `comm` as in `read_row_range`."""
+def read_weights(info: DatasetInfo, block: AgentBlock, comm: MPI.Comm | None = None) -> np.ndarray | None:
+    """The row weights (float64) of the agents of `block`, checked; None when the file has
+    none (every row weighs 1); `comm` as in `read_row_range`."""
     if not info.has_weights:
         return None
-    start, stop = int(info.offsets[first_agent]), int(info.offsets[stop_agent])
+    start, stop = block.row_start, block.row_stop
     with reading(f"{info.path}: cannot read weights {start}..{stop}"), _opened(info, comm) as f:
         weights = f[WEIGHTS][start:stop].astype(np.float64)
-    check_weights(weights, info.path, start, info.offsets)
+    check_weights(weights, info.path, start, block)
     return weights
 
 
-def read_labels(info: DatasetInfo, first_agent: int, stop_agent: int) -> np.ndarray | None:
-    """Ground-truth labels of agents first_agent..stop_agent-1 (None when the file has none)."""
+def read_labels(info: DatasetInfo, block: AgentBlock) -> np.ndarray | None:
+    """Ground-truth labels of the agents of `block` (None when the file has none)."""
     if not info.has_labels:
         return None
     with h5py.File(info.path, "r") as f:
-        return f[LABELS][int(info.offsets[first_agent]):int(info.offsets[stop_agent])]
+        return f[LABELS][block.row_start:block.row_stop]
 
 
 def read_all(path: str | os.PathLike) -> tuple[DatasetInfo, np.ndarray]:
     """Every row of a dataset, for serial tools and the reference."""
     info = open_dataset(path)
-    return info, read_rows(info, 0, info.n_agents)
+    return info, read_rows(info, info.block(0, info.n_agents))
 
 
 def write_graph(f: h5py.File, path: str | os.PathLike, n_agents: int, edges: np.ndarray) -> None:

@@ -18,8 +18,9 @@ info = open_dataset(sys.argv[1])
 expected = read_result(sys.argv[2])
 bounds = block_placement(info.points_per_agent, comm.Get_size())
 first, stop = bounds[comm.Get_rank()], bounds[comm.Get_rank() + 1]
-rows, weights = read_rows(info, first, stop), read_weights(info, first, stop)
-offsets = info.offsets[first:stop + 1] - info.offsets[first]
+block = info.block(first, stop)
+rows, weights = read_rows(info, block), read_weights(info, block)
+offsets = block.local_offsets
 model = NKMeans(n_clusters=4, graph="ring", max_iter=30, tol=0.0, monitor_every=1).fit(
     rows, agent_offsets=offsets, agents=np.arange(first, stop), sample_weight=weights)
 np.testing.assert_allclose(model.cluster_centers_, expected["centers"][first:stop], rtol=1e-12, atol=0)
