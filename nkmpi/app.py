@@ -307,8 +307,9 @@ def check_same_data(path, saved, attrs, whole_network, earlier_points, earlier_o
     then, where only the graph's still differs, the graph's on the whole graph
     (`whole_network()` builds it; only then).  The three callables are collective."""
     differ = [key for key in checkpoint_format.FINGERPRINTS if saved.get(key) != attrs[key]]
-    if checkpoint_format.OFFSETS_FINGERPRINT in differ and saved[checkpoint_format.OFFSETS_FINGERPRINT] == earlier_offsets():
-        differ.remove(checkpoint_format.OFFSETS_FINGERPRINT)
+    offsets_key = checkpoint_format.OFFSETS_FINGERPRINT
+    if offsets_key in differ and saved[offsets_key] == earlier_offsets():
+        differ.remove(offsets_key)
     if checkpoint_format.POINTS_FINGERPRINT in differ and checkpoint_format.OFFSETS_FINGERPRINT not in differ:
         if saved[checkpoint_format.POINTS_FINGERPRINT] == earlier_points():
             differ.remove(checkpoint_format.POINTS_FINGERPRINT)
