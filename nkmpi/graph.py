@@ -584,12 +584,136 @@ def _geometric_places(rng, p, size):
     return places[places < size]
 
 
-def _ws_tile_rewirings(n_agents, half, p, seed, tile):
+#: Rounds of the Feistel networks that number a ws graph's rewirings (`_permuted`).
+FEISTEL_ROUNDS = 4
+
+
+#: The salt of the permutation of all rewirings (`WsDraws`), beyond any tile's id.
+WS_SLOTS = -1
+
+
+@njit(cache=True, nogil=True)
+def _permuted(values, sizes, streams, seed, inverse):
+    """Each values[i] sent through a pseudo-random permutation of 0..sizes[i]-1 keyed by
+    (seed, streams[i]) (or its inverse): a Feistel network on the smallest even number of
+    bits that holds the range, FEISTEL_ROUNDS rounds of mix64, walked again while it leaves
+    the range (at most 4 steps expected).  Counter-based: any one number's image costs O(1),
+    so a rank finds the rewirings it needs without drawing the others'."""
+    out = np.empty(len(values), dtype=np.int64)
+    base = mix64(np.uint64(seed) ^ np.uint64(0x57535F5045524D))
+    for i in range(len(values)):
+        size = np.uint64(sizes[i])
+        bits = 1
+        while (np.uint64(1) << np.uint64(2 * bits)) < size:
+            bits += 1
+        half = np.uint64(bits)
+        mask = (np.uint64(1) << half) - np.uint64(1)
+        key = mix64(base ^ np.uint64(streams[i]))
+        x = np.uint64(values[i])
+        while True:
+            left, right = x >> half, x & mask
+            for r in range(FEISTEL_ROUNDS):
+                if inverse:
+                    turn = np.uint64(FEISTEL_ROUNDS - 1 - r)
+                    left, right = right ^ (mix64(key + turn * np.uint64(0x9E3779B97F4A7C15) ^ left) & mask), left
+                else:
+                    turn = np.uint64(r)
+                    left, right = right, left ^ (mix64(key + turn * np.uint64(0x9E3779B97F4A7C15) ^ right) & mask)
+            x = (left << half) | right
+            if x < size:
+                break
+        out[i] = np.int64(x)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _uniform_below(counters, seed, sizes):
+    """floor(U * sizes[i]) for each counter, U uniform in [0, 1) from mix64 of the counter
+    keyed by `seed`: where in its tile a rewired edge lands, drawn by its rank among the
+    new ends."""
+    out = np.empty(len(counters), dtype=np.int64)
+    key = mix64(np.uint64(seed) ^ np.uint64(0x57535F454E4453))
+    for i in range(len(counters)):
+        bits = mix64(key ^ np.uint64(counters[i]))
+        out[i] = np.int64(np.float64(bits >> np.uint64(11)) * (1.0 / 9007199254740992.0) * sizes[i])
+    return out
+
+
+@dataclass(frozen=True)
+class WsDraws:
+    """What every rank of a ws graph of more than one tile draws alike, O(tiles):
+
+    rewired : (T+1,) where each source tile's rewirings start among all of them: tile s's
+        lattice edges (its agents' (u, u + j), numbered s * ER_TILE * half + ...) are each
+        rewired with probability p, so their count is binomial, drawn for every tile at once.
+    landing : (T'+1,) where the rewirings whose new end lands in each target tile start,
+        ranked by that end: their counts, multinomial over the target tiles (ER_TILE ids of
+        the other agents each, w' = 0..M-2, the agent w' + (w' >= u)), drawn at once.
+    A rewiring is slot g among all, the i-th of its tile's (a Feistel permutation of the
+    tile's edges keyed by the tile gives its edge) and has rank r = sigma(g) among the
+    new ends (sigma: a Feistel permutation of the slots), which gives its target tile
+    (`landing`) and, with a counter-based uniform keyed by r, its new end.  So each edge
+    is rewired with probability p, independently, its new end uniform among the other
+    agents, and a rank reaches any rewiring from either end in O(1)."""
+
+    n_agents: int
+    half: int
+    seed: int
+    rewired: np.ndarray
+    landing: np.ndarray
+
+    @classmethod
+    def draw(cls, n_agents, half, p, seed):
+        tiles = -(-n_agents // ER_TILE)
+        edges = np.minimum(ER_TILE, n_agents - np.arange(tiles) * ER_TILE) * half
+        counts = np.random.default_rng([seed, 37]).binomial(edges, p)
+        ends = np.minimum(ER_TILE, n_agents - 1 - np.arange(-(-(n_agents - 1) // ER_TILE)) * ER_TILE)
+        landing = np.random.default_rng([seed, 41]).multinomial(int(counts.sum()), ends / (n_agents - 1))
+        return cls(n_agents, half, seed, np.concatenate([[0], np.cumsum(counts)]),
+                   np.concatenate([[0], np.cumsum(landing)]))
+
+    def _ends(self, ranks, sources):
+        """The new ends of the rewirings of `ranks` (among the new ends) from `sources`."""
+        tiles = np.searchsorted(self.landing, ranks, side="right") - 1
+        sizes = np.minimum(ER_TILE, self.n_agents - 1 - tiles * ER_TILE)
+        others = tiles * ER_TILE + _uniform_below(ranks, self.seed, sizes)
+        return others + (others >= sources)
+
+    def _sources(self, slots):
+        """(edge numbers, u) of the rewirings of `slots`."""
+        tiles = np.searchsorted(self.rewired, slots, side="right") - 1
+        n_edges = np.minimum(ER_TILE, self.n_agents - tiles * ER_TILE) * self.half
+        numbers = tiles * ER_TILE * self.half + _permuted(slots - self.rewired[tiles], n_edges, tiles, self.seed, False)
+        return numbers, numbers // self.half
+
+    def _ranks(self, slots, inverse=False):
+        """sigma(slots), or sigma^-1 with `inverse`."""
+        return _permuted(slots, np.full(len(slots), self.rewired[-1]), np.full(len(slots), WS_SLOTS), self.seed,
+                         inverse)
+
+    def of_tile(self, tile):
+        """(edge numbers, u, w): the rewirings of source tile `tile`, in slot order."""
+        slots = np.arange(self.rewired[tile], self.rewired[tile + 1])
+        numbers, sources = self._sources(slots)
+        return numbers, sources, self._ends(self._ranks(slots), sources)
+
+    def landing_in(self, target_tiles):
+        """(u, w): the rewirings whose new end w' (0..M-2) lies in `target_tiles`."""
+        target_tiles = np.asarray(target_tiles, dtype=np.int64)
+        ranks = concat_ranges(self.landing[target_tiles], self.landing[target_tiles + 1])
+        _, sources = self._sources(self._ranks(ranks, inverse=True))
+        return sources, self._ends(ranks, sources)
+
+
+def _ws_tile_rewirings(n_agents, half, p, seed, tile, draws=None):
     """The rewired lattice edges of ws whose first agent u is in `tile` (agents
     tile * ER_TILE ..): each lattice edge (u, u + j mod M), j = 1..half, numbered
     u * half + j - 1, is rewired with probability p, independently, to (u, w) with w
-    uniform among the other agents; drawn from a generator of the tile's own, keyed by
-    (seed, tile).  Returns (edge numbers, u, w)."""
+    uniform among the other agents.  A graph of one tile draws them from a generator of
+    its own, keyed by (seed, tile); one of more tiles as `WsDraws` (`draws`, drawn here
+    when not given).  Returns (edge numbers, u, w)."""
+    if n_agents > ER_TILE:
+        return (draws or WsDraws.draw(n_agents, half, p, seed)).of_tile(tile)
     first = tile * ER_TILE
     n_edges = min(ER_TILE, n_agents - first) * half
     rng = np.random.default_rng([seed, 31, tile])
@@ -602,18 +726,27 @@ def _ws_tile_rewirings(n_agents, half, p, seed, tile):
 def _ws_local_rows(n_agents, agents, k, p, seed):
     """(indptr, indices) of `agents` (ascending) in ws:k,p over `n_agents`: the ring
     lattice of k // 2 neighbours a side, each lattice edge rewired as `_ws_tile_rewirings`
-    draws it (an edge rewired onto one already there merges with it).  A rank draws every
-    tile's rewirings, O(p M k) numbers, but keeps only those that touch its agents."""
+    draws it (an edge rewired onto one already there merges with it).  A rank draws the
+    rewirings of the tiles that hold its agents or the lattice edges ending at them, and,
+    in a graph of more than one tile, those that land on its agents (`WsDraws.landing_in`):
+    O(its agents' edges + tiles), not the whole graph's rewirings."""
     half, m = k // 2, n_agents
+    n_tiles = -(-m // ER_TILE)
+    draws = WsDraws.draw(m, half, p, seed) if half and n_tiles > 1 else None
 
     def mine(ids):
         return _is_in(agents, ids)
     kept_numbers, extra = [np.zeros(0, dtype=np.int64)], [np.zeros((0, 2), dtype=np.int64)]
-    for tile in range(-(-m // ER_TILE) if half else 0):
-        numbers, sources, targets = _ws_tile_rewirings(m, half, p, seed, tile)
+    reach = (agents[:, None] - np.arange(half + 1)) % m                  # x and the lattice edges' first ends
+    for tile in np.unique(reach // ER_TILE).tolist() if half else []:
+        numbers, sources, targets = _ws_tile_rewirings(m, half, p, seed, tile, draws)
         near = mine(sources) | mine((sources + numbers % half + 1) % m)    # either end of the lattice edge
         kept_numbers.append(numbers[near])
         extra.append(np.stack([sources, targets], axis=1)[mine(sources) | mine(targets)])
+    if draws is not None:                   # the rewirings that land on the agents, from any tile
+        others = np.concatenate([agents[agents < m - 1], agents[agents > 0] - 1])
+        sources, targets = draws.landing_in(np.unique(others // ER_TILE))
+        extra.append(np.stack([sources, targets], axis=1)[mine(targets)])
     rewired = np.concatenate(kept_numbers)
     rewired.sort()
     j = np.arange(1, half + 1)

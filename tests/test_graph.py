@@ -149,20 +149,21 @@ def independent_network(spec, n_agents, seed):
     elif name == "ws":                  # the lattice, less the rewired edges, plus their new ends
         half, p = int(arg.split(",")[0].partition("=")[2]) // 2, float(arg.split(",")[1].partition("=")[2])
         edges = {(u, (u + j) % n_agents) for u in range(n_agents) for j in range(1, half + 1)}
-        for tile in range(-(-n_agents // ER_TILE) if half else 0):
+        shortcuts = set()
+        for tile in range(-(-n_agents // graph.ER_TILE) if half else 0):    # (ER_TILE as a test sets it)
             numbers, sources, targets = _ws_tile_rewirings(n_agents, half, p, seed, tile)
             for number, u, w in zip(numbers.tolist(), sources.tolist(), targets.tolist()):
                 edges.discard((u, (u + number % half + 1) % n_agents))
-                edges.add((u, w))
-        edges = sorted(edges)
+                shortcuts.add((u, w))       # kept even where it lands on a lattice edge rewired away
+        edges = sorted(edges | shortcuts)
     elif name == "er":                  # every tile pair drawn, as no rank of a run does
         n_tiles = -(-n_agents // ER_TILE)
         edges = np.concatenate([_er_tile_edges(n_agents, value, seed, t, u)
                                 for t in range(n_tiles) for u in range(t, n_tiles)] or [np.zeros((0, 2), int)])
     else:
-        graph = {"ring": nx.cycle_graph, "path": nx.path_graph, "complete": nx.complete_graph,
+        built = {"ring": nx.cycle_graph, "path": nx.path_graph, "complete": nx.complete_graph,
                  "star": lambda m: nx.star_graph(m - 1) if m > 1 else nx.empty_graph(m)}[name](n_agents)
-        edges = list(graph.edges())
+        edges = list(built.edges())
     return Network.from_edges(n_agents, np.array(edges, dtype=np.int64).reshape(-1, 2))
 
 
@@ -357,6 +358,68 @@ def test_er_rows_across_tiles_are_the_whole_graphs_rows():
         assert not connected
         np.testing.assert_array_equal(rows.indptr, expected.indptr)
         np.testing.assert_array_equal(rows.indices, expected.indices)
+
+
+@pytest.mark.parametrize("n_agents, k, p, tile", [(1000, 4, 0.3, 64), (1000, 6, 1.0, 64), (4097, 2, 0.05, 256),
+                                                 (300, 8, 0.5, 16), (130, 4, 0.2, 64)])
+def test_ws_of_many_tiles_local_rows_are_the_whole_graphs_rows(monkeypatch, n_agents, k, p, tile):
+    """A ws graph of many tiles: a rank's rows, whose rewirings that land on its agents come
+    from the permutations run backwards (WsDraws.landing_in), are the rows of the whole
+    graph built edge by edge from every tile's rewirings, run forwards; for blocks, scattered
+    agents, one agent and the first and last (whose lattice edges wrap around)."""
+    monkeypatch.setattr(graph, "ER_TILE", tile)
+    spec = f"ws:k={k},p={p}"
+    whole = independent_network(spec, n_agents, seed=5)
+    rng = np.random.default_rng(n_agents)
+    for agents in (np.arange(n_agents), np.arange(n_agents // 3, n_agents // 2), np.array([n_agents // 2]),
+                   np.array([0, n_agents - 1]), np.sort(rng.choice(n_agents, n_agents // 7, replace=False))):
+        rows, connected = local_graph(spec, n_agents, agents, seed=5)
+        expected = whole.rows(agents)
+        assert not connected
+        np.testing.assert_array_equal(rows.indptr, expected.indptr)
+        np.testing.assert_array_equal(rows.indices, expected.indices)
+
+
+def test_ws_rewirings_of_many_tiles_are_independent_and_uniform(monkeypatch):
+    """Drawn by WsDraws (79 tiles): each lattice edge is rewired at most once, their number
+    is Binomial(M k/2, p) and spread over the tiles as their edges are, each residue j alike,
+    and the new ends are uniform over the agents (KS and chi-squared) and never the source."""
+    monkeypatch.setattr(graph, "ER_TILE", 256)
+    n_agents, half, p = 20_000, 2, 0.3
+    draws = graph.WsDraws.draw(n_agents, half, p, seed=11)
+    numbers, sources, targets = map(np.concatenate, zip(*(draws.of_tile(t) for t in range(-(-n_agents // 256)))))
+    trials = n_agents * half
+    assert len(np.unique(numbers)) == len(numbers)
+    assert abs(len(numbers) - trials * p) <= 5 * np.sqrt(trials * p * (1 - p))
+    assert (targets != sources).all() and targets.min() >= 0 and targets.max() < n_agents
+    np.testing.assert_array_equal(sources, numbers // half)
+    per_tile = np.bincount(sources // 256)
+    assert chisquare(per_tile, np.minimum(256, n_agents - np.arange(len(per_tile)) * 256) * half * p
+                     * len(numbers) / (trials * p)).pvalue > 1e-3
+    assert chisquare(np.bincount(numbers % half)).pvalue > 1e-3
+    assert kstest(targets / n_agents, "uniform").pvalue > 1e-3
+    assert chisquare(np.bincount(targets * 50 // n_agents, minlength=50)).pvalue > 1e-3
+    # From the other end: the rewirings landing in every tile are the same rewirings.
+    landing_sources, landing_targets = draws.landing_in(np.arange(-(-(n_agents - 1) // 256)))
+    np.testing.assert_array_equal(np.sort(landing_sources * n_agents + landing_targets),
+                                  np.sort(sources * n_agents + targets))
+
+
+def test_ws_rows_of_a_block_draw_only_its_tiles_rewirings(monkeypatch):
+    """A rank's rows of a ws graph of 10^6 agents (62 tiles) draw the rewirings of the two
+    tiles that hold its agents and those landing there (about as many), not all 200,000."""
+    tiles, landing = [], []
+    of_tile, landing_in = graph.WsDraws.of_tile, graph.WsDraws.landing_in
+
+    def counted_landing_in(self, target_tiles):
+        found = landing_in(self, target_tiles)
+        landing.append(len(found[0]))
+        return found
+    monkeypatch.setattr(graph.WsDraws, "of_tile", lambda self, tile: tiles.append(tile) or of_tile(self, tile))
+    monkeypatch.setattr(graph.WsDraws, "landing_in", counted_landing_in)
+    local_graph("ws:k=4,p=0.1", 1_000_000, np.arange(500_000, 520_000), seed=3)
+    assert tiles == [500_000 // ER_TILE, 519_999 // ER_TILE]
+    assert sum(landing) < 2 * 2 * ER_TILE * 2 * 0.1        # two tiles' worth, not 200,000
 
 
 @pytest.mark.parametrize("n_agents, k, p", [(12, 4, 0.3), (3000, 4, 0.1), (40000, 6, 0.2), (50, 5, 1.0)])
