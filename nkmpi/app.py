@@ -307,16 +307,21 @@ def check_same_data(path, saved, attrs, whole_network, earlier_points, earlier_o
     then, where only the graph's still differs, the graph's on the whole graph
     (`whole_network()` builds it; only then).  The three callables are collective."""
     differ = [key for key in checkpoint_format.FINGERPRINTS if saved.get(key) != attrs[key]]
-    offsets_key = checkpoint_format.OFFSETS_FINGERPRINT
-    if offsets_key in differ and saved[offsets_key] == earlier_offsets():
-        differ.remove(offsets_key)
-    if checkpoint_format.POINTS_FINGERPRINT in differ and checkpoint_format.OFFSETS_FINGERPRINT not in differ:
-        if saved[checkpoint_format.POINTS_FINGERPRINT] == earlier_points():
-            differ.remove(checkpoint_format.POINTS_FINGERPRINT)
-    if differ == [checkpoint_format.GRAPH_FINGERPRINT]:
+
+    def of_the_earlier_kind(key, fingerprint):
+        """Whether `key` differs only as an earlier kind of fingerprint (None: none saved)."""
+        return key in differ and saved.get(key) is not None and saved[key] == fingerprint()
+    points, offsets, graph = (checkpoint_format.POINTS_FINGERPRINT, checkpoint_format.OFFSETS_FINGERPRINT,
+                              checkpoint_format.GRAPH_FINGERPRINT)
+    if of_the_earlier_kind(offsets, earlier_offsets):
+        differ.remove(offsets)
+    if offsets not in differ and of_the_earlier_kind(points, earlier_points):
+        differ.remove(points)
+    def earlier_graph():
         network = whole_network()
-        if saved[differ[0]] == checkpoint_format.earlier_graph_fingerprint(network.indptr, network.indices):
-            differ = []
+        return checkpoint_format.earlier_graph_fingerprint(network.indptr, network.indices)
+    if differ == [graph] and of_the_earlier_kind(graph, earlier_graph):
+        differ = []
     if differ:
         differ = [checkpoint_format.FINGERPRINTS[key] for key in differ]
         raise InputError(f"--resume {path}: the checkpoint was made for other data: "

@@ -584,8 +584,10 @@ def _geometric_places(rng, p, size):
     return places[places < size]
 
 
-#: Rounds of the Feistel networks that number a ws graph's rewirings (`_permuted`).
-FEISTEL_ROUNDS = 4
+#: Rounds of the Feistel networks that number a ws graph's rewirings (`_permuted`), and the
+#: fewest bits of each half: on a tile of a few edges, 4 rounds on halves of a bit or two
+#: give a few permutations far more often than others.
+FEISTEL_ROUNDS, FEISTEL_HALF_BITS = 8, 4
 
 
 #: The salt of the permutation of all rewirings (`WsDraws`), beyond any tile's id.
@@ -596,14 +598,15 @@ WS_SLOTS = -1
 def _permuted(values, sizes, streams, seed, inverse):
     """Each values[i] sent through a pseudo-random permutation of 0..sizes[i]-1 keyed by
     (seed, streams[i]) (or its inverse): a Feistel network on the smallest even number of
-    bits that holds the range, FEISTEL_ROUNDS rounds of mix64, walked again while it leaves
-    the range (at most 4 steps expected).  Counter-based: any one number's image costs O(1),
+    bits, at least 2 FEISTEL_HALF_BITS, that holds the range, FEISTEL_ROUNDS rounds of mix64,
+    walked again while it leaves the range (at most 4 steps expected on ranges above 2**8,
+    2**8 / size on smaller ones).  Counter-based: any one number's image costs O(1),
     so a rank finds the rewirings it needs without drawing the others'."""
     out = np.empty(len(values), dtype=np.int64)
     base = mix64(np.uint64(seed) ^ np.uint64(0x57535F5045524D))
     for i in range(len(values)):
         size = np.uint64(sizes[i])
-        bits = 1
+        bits = FEISTEL_HALF_BITS
         while (np.uint64(1) << np.uint64(2 * bits)) < size:
             bits += 1
         half = np.uint64(bits)

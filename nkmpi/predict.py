@@ -18,7 +18,7 @@ import numpy as np
 from .errors import InputError, agree
 from .formats import labels as labels_format
 from .formats import result as result_format
-from .formats.dataset import open_dataset, place_blocks, read_row_range, read_rows
+from .formats.dataset import open_dataset, place_blocks, read_row_range, read_rows, read_slice
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
 
 
@@ -61,6 +61,7 @@ def predict(comm, result, data, out=None, model=result_format.CONSENSUS_MODEL, r
         rows = agree(comm, read_rows, info, block, comm=comm)
         offsets = block.local_offsets
     else:                                             # one model for every row: by rows
+        read_slice(info, comm)                        # (the offsets are checked all the same)
         start, end = rank * info.n_points // size, (rank + 1) * info.n_points // size
         first, stop = 0, 1
         rows = agree(comm, read_row_range, info, start, end, comm=comm)

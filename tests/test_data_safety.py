@@ -16,6 +16,7 @@ import pytest
 from conftest import (EXECUTION_RECORD, MPI_TIMEOUT, assert_same_file, file_contents, mpi_command, mpi_env,
                       run_mpi, stop_signal, uneven_dataset)
 from nkmpi.cli import main
+from nkmpi.errors import InputError
 from nkmpi.formats.checkpoint import earlier_block_fingerprint, earlier_graph_fingerprint, earlier_offsets_fingerprint
 from nkmpi.formats.dataset import open_dataset, read_all, write_dataset
 from nkmpi.formats.result import read_result
@@ -365,3 +366,14 @@ def test_a_result_reaches_the_disk_before_it_takes_its_name(dataset, tmp_path, m
     out = tmp_path / "result.h5"
     assert main(["run", str(dataset), "-k", "2", "--iters", "2", "--quiet", "--out", str(out)]) == 0
     _flushed_before_renamed(events, out)
+
+
+def test_a_checkpoint_without_a_fingerprint_is_refused_with_a_message():
+    """A damaged or foreign checkpoint that lacks one of the fingerprints is other data, said
+    so in one error, not a KeyError; the earlier kinds are not tried for the missing one."""
+    from nkmpi.app import check_same_data
+    attrs = {"fingerprint_points": "1", "fingerprint_offsets": "2", "fingerprint_graph": "3"}
+    for missing in attrs:
+        saved = {key: value for key, value in attrs.items() if key != missing}
+        with pytest.raises(InputError, match="the checkpoint was made for other data"):
+            check_same_data("ck.h5", saved, attrs, None, lambda: "x", lambda: "y")

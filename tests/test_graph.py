@@ -380,6 +380,26 @@ def test_ws_of_many_tiles_local_rows_are_the_whole_graphs_rows(monkeypatch, n_ag
         np.testing.assert_array_equal(rows.indices, expected.indices)
 
 
+@pytest.mark.parametrize("size", [2, 3, 6, 16, 100])
+def test_the_rewirings_permutations_are_uniform_on_small_ranges(size):
+    """graph._permuted over 40,000 keys, for ranges as small as a last tile of a few agents
+    gives: the first `size // 2` places (a tile's rewired edges) hold each edge with
+    frequency 1/2 and any two edges independently, within 5 standard deviations."""
+    keys = 40_000
+    chosen = size // 2
+    images = graph._permuted(np.tile(np.arange(chosen), keys), np.full(keys * chosen, size),
+                             np.repeat(np.arange(keys), chosen), 9, False).reshape(keys, chosen)
+    held = np.zeros((keys, size), dtype=bool)
+    np.put_along_axis(held, images, True, axis=1)
+    rate = chosen / size
+    sd = np.sqrt(rate * (1 - rate) / keys)
+    assert np.abs(held.mean(0) - rate).max() <= 5 * sd
+    both = held[:, :, None] & held[:, None, :]
+    pair = chosen * (chosen - 1) / (size * (size - 1))              # two given edges both held
+    off_diagonal = both.mean(0)[~np.eye(size, dtype=bool)]
+    assert np.abs(off_diagonal - pair).max() <= 5 * np.sqrt(pair * (1 - pair) / keys) + 1e-12
+
+
 def test_ws_rewirings_of_many_tiles_are_independent_and_uniform(monkeypatch):
     """Drawn by WsDraws (79 tiles): each lattice edge is rewired at most once, their number
     is Binomial(M k/2, p) and spread over the tiles as their edges are, each residue j alike,

@@ -104,9 +104,15 @@ def test_predict_refuses_other_features_dtype_and_models(runs, tmp_path):
     write_dataset(single, points.astype(np.float32), offsets)
     fewer = tmp_path / "fewer.h5"
     write_dataset(fewer, points, np.array([0, len(points)]))
+    unordered = tmp_path / "unordered.h5"             # offsets that decrease: refused by any model
+    write_dataset(unordered, points, offsets)
+    with h5py.File(unordered, "r+") as f:
+        f["agent_offsets"][len(offsets) - 2] = f["agent_offsets"][1] - 1
     for args, words in ((["predict", results[1], wide], "4 features"),
                         (["predict", results[1], single], "float32"),
                         (["predict", results[1], fewer, "--model", "own"], "agents"),
+                        (["predict", results[1], unordered], "'agent_offsets' decreases at agent"),
+                        (["predict", results[1], unordered, "--model", "3"], "'agent_offsets' decreases at agent"),
                         (["predict", results[1], data, "--model", "12"], "agent id"),
                         (["predict", results[1], data, "--out", data], "refusing to overwrite"),
                         (["predict", data, data], "result")):

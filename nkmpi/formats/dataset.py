@@ -185,6 +185,13 @@ def read_block(info: DatasetInfo, first: int, stop: int, comm: MPI.Comm | None =
     return AgentBlock(first, offsets)
 
 
+def read_slice(info: DatasetInfo, comm: MPI.Comm) -> AgentBlock:
+    """Rank r's slice of the agents, rM/R..(r+1)M/R, with their offsets, read and checked
+    (collective): so the ranks check every offset, each reading O(M/R) of them."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    return agree(comm, read_block, info, rank * info.n_agents // size, (rank + 1) * info.n_agents // size, comm)
+
+
 def place_blocks(info: DatasetInfo, comm: MPI.Comm) -> tuple[np.ndarray, AgentBlock]:
     """graph.block_placement of the file's agents over the ranks of `comm`, and this rank's
     block; collective.  No rank reads every agent's offsets: rank r reads and checks agents
@@ -193,8 +200,8 @@ def place_blocks(info: DatasetInfo, comm: MPI.Comm) -> tuple[np.ndarray, AgentBl
     from mpi4py import MPI
     rank, size = comm.Get_rank(), comm.Get_size()
     agree(comm, check_rank_count, info.n_agents, size)
-    first, stop = rank * info.n_agents // size, (rank + 1) * info.n_agents // size
-    part = agree(comm, read_block, info, first, stop, comm)
+    part = read_slice(info, comm)
+    first, stop = part.first, part.stop
     work = (part.offsets[1:] + np.arange(first + 1, stop + 1)).astype(np.float64)
     below = np.searchsorted(work, placement_targets(info.n_points, info.n_agents, size), side="left")
     comm.Allreduce(MPI.IN_PLACE, below, op=MPI.SUM)
