@@ -594,6 +594,12 @@ FEISTEL_ROUNDS, FEISTEL_HALF_BITS = 8, 4
 WS_SLOTS = -1
 
 
+@njit(inline='always', cache=True, nogil=True)
+def _feistel_round(key, turn, half, mask):
+    """The round function of `_permuted`'s round `turn`: a keyed mix64 of one half."""
+    return mix64(key + np.uint64(turn) * np.uint64(0x9E3779B97F4A7C15) ^ half) & mask
+
+
 @njit(cache=True, nogil=True)
 def _permuted(values, sizes, streams, seed, inverse):
     """Each values[i] sent through a pseudo-random permutation of 0..sizes[i]-1 keyed by
@@ -617,11 +623,9 @@ def _permuted(values, sizes, streams, seed, inverse):
             left, right = x >> half, x & mask
             for r in range(FEISTEL_ROUNDS):
                 if inverse:
-                    turn = np.uint64(FEISTEL_ROUNDS - 1 - r)
-                    left, right = right ^ (mix64(key + turn * np.uint64(0x9E3779B97F4A7C15) ^ left) & mask), left
+                    left, right = right ^ _feistel_round(key, FEISTEL_ROUNDS - 1 - r, left, mask), left
                 else:
-                    turn = np.uint64(r)
-                    left, right = right, left ^ (mix64(key + turn * np.uint64(0x9E3779B97F4A7C15) ^ right) & mask)
+                    left, right = right, left ^ _feistel_round(key, r, right, mask)
             x = (left << half) | right
             if x < size:
                 break
@@ -1001,6 +1005,7 @@ def block_placement(points_per_agent: np.ndarray, n_ranks: int) -> np.ndarray:
 
 
 def check_rank_count(n_agents: int, n_ranks: int) -> None:
+    """Refuse more ranks than agents: a block placement gives every rank one agent at least."""
     if n_ranks > n_agents:
         raise InputError(f"{n_ranks} ranks but only {n_agents} agents: use at most one rank per agent")
 
