@@ -30,8 +30,7 @@ import numpy as np
 from numba import njit, prange
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import (LANES, add_row_vectors, add_squared_gaps, store_row, stream_fence,
-                       tile_squared_distances)
+from .row_sums import LANES, add_row_vectors, add_squared_gaps, store_row, stream_fence, tile_center_distances
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -97,7 +96,7 @@ def tile_distances(points, start, n, center, rows_t, dist):
     """dist[k, i]: the squared distance of row start + i (i < n <= tile's rows) to center[k] (the
     data's precision), features added in order.  The rows are transposed into rows_t
     first, so that the loop over rows vectorizes."""
-    n_clusters, n_features = center.shape
+    n_features = center.shape[1]
     for i in range(n):
         for j in range(n_features):
             rows_t[j, i] = points[start + i, j]
@@ -105,8 +104,7 @@ def tile_distances(points, start, n, center, rows_t, dist):
     # (their distances go unread): a loop over n rows runs scalar below LLVM's vector step
     # (32 rows), which every row of a 16-row agent would.
     lanes = 64 // rows_t.itemsize
-    for k in range(n_clusters):              # features in order: same sums as the reference
-        tile_squared_distances(dist[k], rows_t, center[k], (n + lanes - 1) // lanes)
+    tile_center_distances(dist, rows_t, center, (n + lanes - 1) // lanes)   # features in order, as the reference
 
 
 #: The `weights` of unweighted data: every row weighs 1.

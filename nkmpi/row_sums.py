@@ -10,9 +10,9 @@ numbers, so three hot loops ran scalar or went through memory:
   loads and stores the running sums every row.  `add_row_vectors` and
   `add_squared_gaps` keep up to VECTORS vectors of LANES columns in registers while
   every row is added;
-* the exact kernel's distances of a tile of rows to a center, feature by feature: an
-  agent of 16 rows is shorter than the loop vectorizer's step.
-  `tile_squared_distances` works in whole vectors of rows;
+* the exact kernel's distances of a tile of rows to an agent's centers, feature by
+  feature: an agent of 16 rows is shorter than the loop vectorizer's step.
+  `tile_center_distances` works in whole vectors of rows, several centers at once;
 * the new centers, a stream larger than the caches: `store_row` writes them without
   first reading them into the cache.
 
@@ -201,18 +201,20 @@ def stream_fence(typingctx):
 
 
 @intrinsic
-def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
-    """dist_k[i] = sum over j in order of (rows_t[j, i] - center_k[j])**2, starting from 0,
-    for the rows i < n_vectors * lanes (lanes: 64 bytes of the data's type), each row's
-    features added in order like the reference kernel's loop; up to VECTORS vectors of
-    rows in registers at a time.  rows_t : (p, tile) and dist_k : (tile,) hold whole
-    vectors up to there (the caller's tile is a multiple of the lanes)."""
-    if not (isinstance(rows_t, types.Array) and rows_t.ndim == 2 and rows_t.layout == "C"
-            and rows_t.dtype in (types.float32, types.float64) and isinstance(dist_k, types.Array)
-            and dist_k.ndim == 1 and dist_k.layout == "C" and dist_k.dtype == rows_t.dtype
-            and isinstance(center_k, types.Array) and center_k.ndim == 1 and center_k.dtype == rows_t.dtype and isinstance(n_vectors, types.Integer)):
+def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
+    """dist[k, i] = sum over j in order of (rows_t[j, i] - center[k, j])**2, starting from 0,
+    for every center k and the rows i < n_vectors * lanes (lanes: 64 bytes of the data's
+    type), each row's features added in order like the reference kernel's loop.  A vector
+    of rows at a time, against up to VECTORS centers in registers: each center's additions
+    are a chain of its own, and an agent of 16 rows has one or two vectors, too few to
+    hide a chain's latency.  dist : (K, tile), rows_t : (p, tile) and center : (K, p), C
+    order, of the data's type; rows_t and dist hold whole vectors up to n_vectors (the
+    caller's tile is a multiple of the lanes)."""
+    if not (all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in (dist, rows_t, center))
+            and rows_t.dtype in (types.float32, types.float64) and dist.dtype == center.dtype == rows_t.dtype
+            and isinstance(n_vectors, types.Integer)):
         return None
-    sig = types.void(dist_k, rows_t, center_k, n_vectors)
+    sig = types.void(dist, rows_t, center, n_vectors)
     single = rows_t.dtype == types.float32
 
     def codegen(context, builder, sig, args):
@@ -226,9 +228,11 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
         dist_array = context.make_array(sig.args[0])(context, builder, dist_arg)
         rows_array = context.make_array(sig.args[1])(context, builder, rows_arg)
         center_array = context.make_array(sig.args[2])(context, builder, center_arg)
+        n_clusters = builder.extract_value(center_array.shape, 0)
         n_features = builder.extract_value(rows_array.shape, 0)
         feature_bytes = builder.extract_value(rows_array.strides, 0)
-        center_step = builder.extract_value(center_array.strides, 0)
+        center_bytes = builder.extract_value(center_array.strides, 0)
+        dist_bytes = builder.extract_value(dist_array.strides, 0)
         n_vectors = _as_i64(builder, n_vectors_arg, sig.args[3])
         rows_start = builder.ptrtoint(rows_array.data, i64)
         dist_start = builder.ptrtoint(dist_array.data, i64)
@@ -237,29 +241,32 @@ def tile_squared_distances(typingctx, dist_k, rows_t, center_k, n_vectors):
         undefined = ir.Constant(vector, ir.Undefined)
         splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
-        def vector_at(start, v):
-            return builder.inttoptr(builder.add(start, builder.mul(v, ir.Constant(i64, 64))), vector_ptr)
+        with cgutils.for_range(builder, n_vectors) as row_loop:
+            row_offset = builder.mul(row_loop.index, ir.Constant(i64, 64))
 
-        def distances(count, first_vector):
-            sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
-            for slot in sums:
-                builder.store(zeros, slot)
-            with cgutils.for_range(builder, n_features) as loop:
-                j = loop.index
-                c = builder.load(builder.inttoptr(builder.add(center_start, builder.mul(j, center_step)),
-                                                  scalar.as_pointer()))
-                c = builder.shuffle_vector(builder.insert_element(undefined, c, ir.Constant(i64, 0)),
-                                           undefined, splat_mask)
-                feature_start = builder.add(rows_start, builder.mul(j, feature_bytes))
-                for v, slot in enumerate(sums):
-                    place = builder.add(first_vector, ir.Constant(i64, v))
-                    gap = builder.fsub(builder.load(vector_at(feature_start, place), align=itemsize), c)
-                    builder.store(builder.fadd(builder.load(slot), builder.fmul(gap, gap)), slot)
-            for v, slot in enumerate(sums):
-                place = builder.add(first_vector, ir.Constant(i64, v))
-                builder.store(builder.load(slot), vector_at(dist_start, place), align=itemsize)
+            def distances(count, first_center):
+                sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
+                for slot in sums:
+                    builder.store(zeros, slot)
+                with cgutils.for_range(builder, n_features) as loop:
+                    j = loop.index
+                    rows = builder.add(builder.add(rows_start, builder.mul(j, feature_bytes)), row_offset)
+                    x = builder.load(builder.inttoptr(rows, vector_ptr), align=itemsize)
+                    for g, slot in enumerate(sums):
+                        k = builder.add(first_center, ir.Constant(i64, g))
+                        place = builder.add(builder.add(center_start, builder.mul(k, center_bytes)),
+                                            builder.mul(j, ir.Constant(i64, itemsize)))
+                        c = builder.load(builder.inttoptr(place, scalar.as_pointer()))
+                        c = builder.shuffle_vector(builder.insert_element(undefined, c, ir.Constant(i64, 0)),
+                                                   undefined, splat_mask)
+                        gap = builder.fsub(x, c)
+                        builder.store(builder.fadd(builder.load(slot), builder.fmul(gap, gap)), slot)
+                for g, slot in enumerate(sums):
+                    k = builder.add(first_center, ir.Constant(i64, g))
+                    place = builder.add(builder.add(dist_start, builder.mul(k, dist_bytes)), row_offset)
+                    builder.store(builder.load(slot), builder.inttoptr(place, vector_ptr), align=itemsize)
 
-        _in_passes(builder, n_vectors, "tile", distances)
+            _in_passes(builder, n_clusters, "centers", distances)
         return context.get_dummy_value()
 
     return sig, codegen

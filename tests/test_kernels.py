@@ -50,6 +50,28 @@ def test_assign_and_accumulate_matches_reference(dtype, k, p):
     check_block(points, offsets, rng.standard_normal((len(sizes), k, p)))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 3, 8, 11, 20])
+@pytest.mark.parametrize("p", [1, 5, 17])
+def test_tile_distances_are_the_per_feature_sums(dtype, k, p):
+    """Every row's distance to every center, bit for bit the sum of its squared gaps added
+    feature by feature from 0 in the data's precision (numpy's elementwise operations are
+    single IEEE operations), for tiles of one row to a whole tile, and centers in passes of
+    up to eight (k = 11 and 20 end on a partial pass)."""
+    rng = np.random.default_rng(k * 100 + p)
+    tile = kernels.tile_rows(k, kernels.TILE)
+    points = (rng.standard_normal((tile + 40, p)) * 10.0 ** rng.integers(-3, 6, size=p)).astype(dtype)
+    center = (rng.standard_normal((k, p)) * 10.0 ** rng.integers(-3, 6, size=p)).astype(dtype)
+    rows_t, dist = np.zeros((p, tile), dtype=dtype), np.empty((k, tile), dtype=dtype)
+    for start, n in [(0, 1), (3, 7), (5, 16), (1, 33), (40, tile)]:
+        kernels.tile_distances(points, start, n, center, rows_t, dist)
+        expected = np.zeros((k, n), dtype=dtype)
+        for j in range(p):
+            gaps = points[start:start + n, j][None, :] - center[:, j][:, None]
+            expected += gaps * gaps
+        np.testing.assert_array_equal(dist[:, :n].view(np.uint8), expected.view(np.uint8))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 5), st.integers(1, 6), st.integers(1, 4), st.integers(0, 2**32 - 1),
        st.sampled_from([np.float32, np.float64]))
