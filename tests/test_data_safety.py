@@ -99,6 +99,45 @@ def test_no_output_replaces_an_input(dataset, tmp_path, case):
     assert not list(tmp_path.glob("*.partial*")) and not list(dataset.parent.glob("*.partial*"))
 
 
+def dataset_reading_other_files(folder, kind):
+    """A dataset in `folder` whose points are another file's (rows.h5): by a virtual dataset,
+    as data_tools.stitch writes, or by an external link.  Returns (dataset, rows file)."""
+    rows, path = folder / "rows.h5", folder / "linked.h5"
+    points = np.random.default_rng(3).standard_normal((40, 2))
+    with h5py.File(rows, "w") as f:
+        f["points"] = points
+    write_dataset(path, points, np.arange(0, 41, 10))
+    with h5py.File(path, "a") as f:
+        del f["points"]
+        if kind == "virtual":
+            layout = h5py.VirtualLayout(points.shape, points.dtype)
+            layout[:] = h5py.VirtualSource("rows.h5", "points", points.shape)
+            f.create_virtual_dataset("points", layout)
+        else:
+            f["points"] = h5py.ExternalLink("rows.h5", "/points")
+    assert np.array_equal(read_all(path)[1], points)
+    return path, rows
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", ["virtual", "external"])
+def test_no_output_replaces_a_file_the_dataset_reads(tmp_path, kind, capsys):
+    """Every entry point refuses to write over the file a dataset's rows are read from."""
+    data, rows = dataset_reading_other_files(tmp_path, kind)
+    before = digest(rows)
+    message = "holds data of the dataset (" + str(data)
+    one_error(run_mpi(2, ["run", data, "-k", 2, "--iters", 3, "--out", rows]), message)
+    one_error(run_mpi(2, ["run", data, "-k", 2, "--iters", 3, "--out", tmp_path / "o.h5", "--checkpoint", rows]),
+              message)
+    for argv in (["simulate", data, "-k", "2", "--out", rows], ["predict", data, data, "--out", rows]):
+        assert main([str(a) for a in argv]) == 2
+        assert f"({data} reads it through" in capsys.readouterr().err
+    from data_tools.convert import main as convert_main
+    assert convert_main([f"{data}:/points", str(rows), "--agents", "2"]) == 2
+    assert "holds data of the source" in capsys.readouterr().err
+    assert digest(rows) == before
+
+
 def test_simulate_refuses_to_replace_its_dataset(dataset, capsys):
     before = digest(dataset)
     assert main(["simulate", str(dataset), "-k", "3", "--iters", "5", "--out", str(dataset)]) == 2

@@ -171,13 +171,64 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return False
 
 
+def _files_read_through(path: str, found: set[str]) -> None:
+    """Add to `found` the files that HDF5 file `path` reads its datasets from: the sources of
+    its virtual datasets and the targets of its external links, and theirs in turn.  A
+    relative name is taken both from the file's folder and from the working directory:
+    HDF5 may find it in either."""
+    def add(name):
+        for candidate in {os.path.join(os.path.dirname(path), name), name}:
+            candidate = os.path.realpath(candidate)
+            if candidate not in found:
+                found.add(candidate)
+                _files_read_through(candidate, found)
+
+    def visit(group):
+        for name in group:
+            link = group.get(name, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                add(link.filename)
+            elif isinstance(link, h5py.HardLink):
+                member = group[name]
+                if isinstance(member, h5py.Group):
+                    visit(member)
+                elif member.is_virtual:
+                    for source in member.virtual_sources():
+                        if source.file_name != ".":         # "." : this file itself
+                            add(source.file_name)
+    try:
+        if not h5py.is_hdf5(path):
+            return
+        with h5py.File(path, "r") as f:
+            visit(f)
+    except (OSError, ValueError, KeyError, RuntimeError):      # unreadable: its reader will say why
+        return
+
+
+def files_read_through(path: str | os.PathLike) -> list[str]:
+    """The files other than `path` whose bytes reading HDF5 file `path` reads (virtual
+    datasets' sources, external links' targets): an output replacing one of them would
+    destroy the data as surely as one replacing `path`."""
+    path = os.path.realpath(os.fspath(path))
+    found = {path}
+    _files_read_through(path, found)
+    return sorted(found - {path})
+
+
 def refuse_overwriting(option: str, path: str | os.PathLike, inputs: dict) -> None:
     """Fail when output `path` names one of `inputs` ({what: path or None}), through
-    links included: no output ever replaces an input."""
+    links included, or a file an HDF5 input reads its rows from: no output ever replaces
+    an input."""
     for what, other in inputs.items():
-        if other is not None and same_file(path, other):
+        if other is None:
+            continue
+        if same_file(path, other):
             raise InputError(f"{option} {path} is {what} ({other}): refusing to overwrite it; "
                              "choose another name")
+        for source in files_read_through(other):
+            if same_file(path, source):
+                raise InputError(f"{option} {path} holds data of {what} ({other} reads it through a virtual "
+                                 "dataset or an external link): refusing to overwrite it; choose another name")
 
 
 def _cannot_write(path: str | os.PathLike, exc: OSError) -> InputError:
