@@ -23,8 +23,8 @@ import numpy as np
 from .errors import InputError, agree
 from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
-from .formats.dataset import (DatasetInfo, check_rows, check_weights, open_dataset, place_blocks, read_all, read_rows,
-                              read_weights)
+from .formats.dataset import (DatasetInfo, check_rows, check_total_weight, check_weights, open_dataset, place_blocks,
+                              read_all, read_rows, read_weights)
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
 from .graph import BlockOwners, edge_file, graph_text, local_graph, network_of, not_connected, reads_stored_rows
 from .init import check_enough_distinct, distinct_rows, weighed_rows
@@ -436,8 +436,9 @@ class _Run:
 
             agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network, earlier_points,
                   earlier_offsets)
-        if weights is not None and comm.allreduce(float(weights.sum())) == 0:
-            raise InputError("every row has weight 0: nothing to cluster", collective=True)
+        if weights is not None:
+            with np.errstate(over="ignore"):        # an overflowing total is inf, which the check refuses
+                agree(comm, check_total_weight, comm.allreduce(float(weights.sum())))
         samples = comm.allgather(distinct_rows(weighed_rows(points, weights), options.n_clusters))
         agree(comm, check_enough_distinct, samples, options.n_clusters)
         self.report(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
@@ -512,8 +513,9 @@ def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     weights = read_weights(info, info.block(0, info.n_agents))
     options = options.resolve(info.n_points, info.n_agents)
     options.check_data(info.n_features, info.dtype)
-    if weights is not None and weights.sum() == 0:
-        raise InputError("every row has weight 0: nothing to cluster")
+    if weights is not None:
+        with np.errstate(over="ignore"):
+            check_total_weight(float(weights.sum()))
     check_enough_distinct([distinct_rows(weighed_rows(points, weights), options.n_clusters)], options.n_clusters)
     network = network_of(options.graph, info.n_agents, options.seed, info.graph)
     attrs = data_attrs(options, info, 1)

@@ -6,6 +6,8 @@ import pytest
 
 from conftest import run_mpi, uneven_dataset
 
+from nkmpi.cli import main
+
 pytestmark = pytest.mark.mpi
 
 
@@ -48,6 +50,12 @@ def offsets_edit(change):
     return edit
 
 
+def weights(value):
+    def edit(f):
+        f.create_dataset("weights", data=np.full(len(f["points"]), value))
+    return edit
+
+
 BAD = {
     "not HDF5": (None, "not an HDF5 file"),
     "format": (set_attr("format", "something-else"), "format attribute is 'something-else'"),
@@ -68,6 +76,10 @@ BAD = {
     "labels shape": (rewrite("labels", np.zeros(3, dtype=np.int64)), "'labels' must be an integer array"),
     "inf in points": (value_at(-2, np.inf), "(agent 11) contains NaN or Inf"),
     "overflowing point": (value_at(30, 1e200), "has a coordinate beyond +-"),
+    "weights all 0": (weights(0.0), "every row has weight 0: nothing to cluster"),
+    # Finite, but their sums overflow (the seeding's, the kernels'): refused like an overflowing point.
+    "weights overflow": (weights(1e306), "the weights add up to inf, more than 1e+12"),
+    "weights too heavy": (weights(1e11), "where weighted sums could overflow"),
     "format an array": (set_attr("format", np.array([1, 2])), "format attribute is [1, 2]"),
     "version a string": (set_attr("version", "one"), "dataset version 'one' is not supported"),
     "graph a dataset": (lambda f: f.create_dataset("graph", data=[1, 2]), "'graph' must be a group"),
@@ -103,3 +115,14 @@ def test_bad_dataset(good, tmp_path, case):
     assert message in proc.stderr, proc.stderr
     assert not list(tmp_path.glob("out.h5*"))           # no result, no temporary file either
     assert "iter" not in proc.stdout
+
+
+@pytest.mark.parametrize("value, message", [(1e306, "the weights add up to inf"), (0.0, "every row has weight 0")])
+def test_simulate_refuses_weights_with_nothing_or_too_much_to_cluster(good, tmp_path, capsys, value, message):
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(good.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        weights(value)(f)
+    assert main(["simulate", str(bad), "-k", "3", "--out", str(tmp_path / "out.h5")]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.glob("out.h5*"))

@@ -451,6 +451,22 @@ def check_weights(weights: np.ndarray, where: str, first_row: int = 0, block: Ag
                          "and non-negative")
 
 
+#: The most the weights of a dataset's rows may add up to: the number of rows for which
+#: `coordinate_limit` keeps the kernels' float64 sums finite.  A weight counts as that many
+#: rows in the sums (a coreset's weights are counts of the rows each row stands for).
+MAX_TOTAL_WEIGHT = 1e12
+
+
+def check_total_weight(total: float) -> None:
+    """Fail when the rows' weights, adding up to `total`, leave nothing to cluster or more
+    than the kernels' sums hold (MAX_TOTAL_WEIGHT; an overflowing total is inf)."""
+    if total == 0:
+        raise InputError("every row has weight 0: nothing to cluster")
+    if not total <= MAX_TOTAL_WEIGHT:
+        raise InputError(f"the weights add up to {total:.3g}, more than {MAX_TOTAL_WEIGHT:.0e}, where weighted "
+                         "sums could overflow: rescale the weights")
+
+
 def read_weights(info: DatasetInfo, block: AgentBlock, comm: MPI.Comm | None = None) -> np.ndarray | None:
     """The row weights (float64) of the agents of `block`, checked; None when the file has
     none (every row weighs 1); `comm` as in `read_row_range`."""
