@@ -12,6 +12,7 @@ dataset's edge list, a given graph) are built whole, checked, and cut to the row
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,6 +268,8 @@ def _parse_params(spec, text, allowed):
         key, sep, value = item.partition("=")
         if not sep or key not in allowed:
             raise InputError(f"graph spec {spec!r}: expected {', '.join(k + '=...' for k in allowed)}")
+        if key in params:
+            raise InputError(f"graph spec {spec!r}: {key} given twice")
         try:
             params[key] = allowed[key](value)
         except ValueError:
@@ -279,13 +282,17 @@ def _require(condition, spec, what):
         raise InputError(f"graph spec {spec!r}: {what}")
 
 
-def _read_edge_file(path):
+def _read_edge_file(path, n_agents):
     try:
-        edges = np.loadtxt(path, dtype=np.int64, comments="#", ndmin=2)
+        with warnings.catch_warnings():     # an empty file: its own message below, not numpy's warning
+            warnings.simplefilter("ignore", UserWarning)
+            edges = np.loadtxt(path, dtype=np.int64, comments="#", ndmin=2)
     except OSError as exc:
         raise InputError(f"cannot read edge file {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InputError(f"edge file {path}: expected one 'a b' pair of agent ids per line ({exc})") from None
+    if not edges.size and n_agents > 1:
+        raise InputError(f"edge file {path} lists no edges, and {n_agents} agents need some")
     if edges.size and edges.shape[1] != 2:
         raise InputError(f"edge file {path}: expected two columns, found {edges.shape[1]}")
     return edges.reshape(-1, 2)
@@ -804,6 +811,7 @@ def _spec_rows(spec, n_agents, agents, seed):
         params = _parse_params(spec, arg, {"k": int, "p": float})
         k, p = params.get("k", 4), params.get("p", 0.1)
         _require(0 <= k < n_agents, spec, f"k must be in 0..{n_agents - 1} (below the number of agents)")
+        _require(k % 2 == 0, spec, "k must be even: each agent joins k/2 neighbours on either side")
         _require(0 <= p <= 1, spec, f"p must be a probability in [0, 1], got {p}")
         return _ws_local_rows(n_agents, agents, k, p, seed)
     params = _parse_params(spec, arg, {"rows": int}) if name == "torus" else {}
@@ -944,7 +952,7 @@ def build_network(spec: str | None, n_agents: int, seed: int = 0, dataset_graph=
     elif name == "file":
         if not arg:
             raise InputError("graph spec file: needs a path, as in file:EDGES.txt")
-        edges = _read_edge_file(arg)
+        edges = _read_edge_file(arg, m)
     elif name in LOCAL_SPECS:
         indptr, indices = _spec_rows(spec, m, np.arange(m), seed)
     else:
