@@ -4,6 +4,7 @@ centers, the run's assignments, and rank-count invariance.  Weighted data run li
 serial reference on any rank count, seeding included."""
 
 import math
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -108,7 +109,16 @@ def test_predict_refuses_other_features_dtype_and_models(runs, tmp_path):
     write_dataset(unordered, points, offsets)
     with h5py.File(unordered, "r+") as f:
         f["agent_offsets"][len(offsets) - 2] = f["agent_offsets"][1] - 1
-    for args, words in ((["predict", results[1], wide], "4 features"),
+    damaged = tmp_path / "damaged.h5"                 # NaN consensus, the last agent's centers infinite
+    damaged.write_bytes(Path(results[1]).read_bytes())
+    with h5py.File(damaged, "r+") as f:
+        f["consensus_centers"][0, 0] = np.nan
+        f["centers"][len(offsets) - 2, 1, 0] = np.inf
+    last = str(len(offsets) - 2)
+    for args, words in ((["predict", damaged, data], "consensus centers hold NaN or Inf"),
+                        (["predict", damaged, data, "--model", "own"], "own centers hold NaN or Inf"),
+                        (["predict", damaged, data, "--model", last], f"{last} centers hold NaN or Inf"),
+                        (["predict", results[1], wide], "4 features"),
                         (["predict", results[1], single], "float32"),
                         (["predict", results[1], fewer, "--model", "own"], "agents"),
                         (["predict", results[1], unordered], "'agent_offsets' decreases at agent"),

@@ -91,7 +91,7 @@ def read_model(path: str | os.PathLike, model: str, first_agent: int, stop_agent
                                  "name an agent, or own")
             chosen = f[CONSENSUS_CENTERS][()]
         elif model == OWN_MODEL:
-            return f[CENTERS][first_agent:stop_agent].astype(np.float64)
+            return _finite(path, model, f[CENTERS][first_agent:stop_agent].astype(np.float64))
         else:
             agent = int(model) if model.isdigit() else -1
             if not 0 <= agent < n_agents:
@@ -99,4 +99,13 @@ def read_model(path: str | os.PathLike, model: str, first_agent: int, stop_agent
             chosen = f[CENTERS][agent]
     if not isinstance(chosen, np.ndarray) or chosen.shape != centers.shape[1:] or chosen.dtype.kind != "f":
         raise InputError(f"{path}: its {model} centers are not (K, p) numbers (a damaged or foreign file)")
-    return np.broadcast_to(chosen.astype(np.float64), (stop_agent - first_agent,) + chosen.shape).copy()
+    chosen = _finite(path, model, chosen.astype(np.float64))
+    return np.broadcast_to(chosen, (stop_agent - first_agent,) + chosen.shape).copy()
+
+
+def _finite(path, model, centers):
+    """`centers` of the model named `model`, refused where one is NaN or infinite: no row's
+    nearest center is defined then (a damaged file, or a run on data that overflowed)."""
+    if not np.isfinite(centers).all():
+        raise InputError(f"{path}: its {model} centers hold NaN or Inf (a damaged file): no labels from them")
+    return centers
