@@ -2,7 +2,8 @@
 runs `python -m nkmpi.precompile` on one rank.
 
 numba compiles a kernel the first time a process calls it for a dtype and caches it on disk
-(docs/performance.md).  Without this step the first job after an install or an upgrade
+(docs/performance.md); after an upgrade it first drops the kernels compiled from the old
+sources (`drop_stale_kernels`).  Without this step the first job after an install or an upgrade
 compiles them all on every rank at once: `make demo`'s 4 ranks spent 234 s of set-up doing
 it on 2 cores, and a 1,000-rank job would spend its allocation the same way.  Small runs of
 each command, on float64 and on float32 data, call every kernel the commands have; a later
@@ -12,7 +13,10 @@ process only loads them (about 2 s).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
 import io
+import pkgutil
 import sys
 import tempfile
 import time
@@ -90,6 +94,50 @@ def compile_all(folder: Path) -> None:
             nkmpi("summary", result)
 
 
+#: The digest of the sources whose kernels a cache folder holds, kept in that folder.
+SOURCES_STAMP = "nkmpi-sources.sha256"
+
+
+def _kernel_cache_folders() -> set[Path]:
+    """The folders where numba caches nkmpi's kernels (each module's own, or under
+    NUMBA_CACHE_DIR), as its dispatchers name them."""
+    import numba
+    import nkmpi
+    folders = set()
+    for module in pkgutil.walk_packages(nkmpi.__path__, "nkmpi."):
+        if module.name == "nkmpi.__main__":
+            continue
+        for value in vars(importlib.import_module(module.name)).values():
+            if isinstance(value, numba.core.dispatcher.Dispatcher) and getattr(value, "_cache", None) is not None:
+                path = getattr(value._cache, "_cache_path", None)
+                if path:
+                    folders.add(Path(path))
+    return folders
+
+
+def drop_stale_kernels() -> None:
+    """Empty numba's cache of nkmpi's kernels when any nkmpi source changed since it was
+    filled.  numba keys a cached kernel on its own file's time stamp, not on the modules
+    whose code it inlines (row_sums' intrinsics, kernels' helpers in local_pass): after an
+    upgrade that changed only those, an unchanged module's kernels would load code built
+    from the old ones.  Run by one process (make install, the test session), never by a
+    job's ranks."""
+    import nkmpi
+    package = Path(nkmpi.__file__).parent
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        digest.update(source.relative_to(package).as_posix().encode() + b"\0" + source.read_bytes())
+    stamp = digest.hexdigest()
+    for folder in _kernel_cache_folders():
+        kept = folder / SOURCES_STAMP
+        if kept.exists() and kept.read_text() == stamp:
+            continue
+        for cached in [*folder.glob("*.nbi"), *folder.glob("*.nbc")]:
+            cached.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        kept.write_text(stamp)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m nkmpi.precompile`: compile_all in a folder of its own, removed after."""
     parser = Parser(prog="python -m nkmpi.precompile",
@@ -101,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nkmpi: error: {exc}", file=sys.stderr)
         return 2
     started = time.perf_counter()
+    drop_stale_kernels()
     print("nkmpi: compiling the kernels into numba's cache (minutes when it is empty)", flush=True)
     with tempfile.TemporaryDirectory(prefix="nkmpi-precompile-") as temporary:
         compile_all(Path(temporary))

@@ -17,6 +17,13 @@ from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.hdf5 import IO_ATTRIBUTE
 from nkmpi.launch import mpi_env
 
+def pytest_sessionstart(session):
+    """Kernels cached from other sources than these are dropped before any test loads
+    them (precompile.drop_stale_kernels): numba would not see an edited helper module."""
+    from nkmpi.precompile import drop_stale_kernels
+    drop_stale_kernels()
+
+
 #: Seconds any one MPI launch may take before the test fails (a hang is a failure).
 MPI_TIMEOUT = 120
 #: What a result records about how it was run (time, ranks, memory, how the ranks wrote it),

@@ -4,6 +4,7 @@ checked by every `make install`."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 from conftest import MPI_TIMEOUT
@@ -38,3 +39,30 @@ def test_arguments_are_refused_with_one_error_line():
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("nkmpi: error: unrecognized arguments: --clusters 3"), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_kernels_compiled_from_other_sources_are_dropped(tmp_path, monkeypatch):
+    """A cache filled from other sources (the digest it keeps differs, or it keeps none) is
+    emptied; one filled from these sources is left alone."""
+    monkeypatch.setattr(precompile, "_kernel_cache_folders", lambda: {tmp_path})
+
+    def cached(*names):
+        for name in names:
+            (tmp_path / name).write_bytes(b"compiled")
+        return sorted(p.name for p in tmp_path.glob("*.nb?"))
+
+    cached("kernels._update-1.py311.nbi", "kernels._update-1.py311.1.nbc")
+    precompile.drop_stale_kernels()                         # no digest kept: of unknown sources
+    assert cached() == []
+    assert cached("local_pass._pass-1.py311.nbi") == ["local_pass._pass-1.py311.nbi"]
+    precompile.drop_stale_kernels()                         # compiled from these sources: kept
+    assert cached() == ["local_pass._pass-1.py311.nbi"]
+    (tmp_path / precompile.SOURCES_STAMP).write_text("the digest of older sources")
+    precompile.drop_stale_kernels()
+    assert cached() == []
+
+
+def test_the_kernel_cache_folders_are_numbas():
+    from nkmpi import kernels, local_pass
+    folders = precompile._kernel_cache_folders()
+    assert {Path(f._cache._cache_path) for f in (kernels._update, local_pass._pass)} <= folders
