@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
-import pkgutil
 import sys
 import tempfile
 import time
@@ -99,19 +97,18 @@ SOURCES_STAMP = "nkmpi-sources.sha256"
 
 
 def _kernel_cache_folders() -> set[Path]:
-    """The folders where numba caches nkmpi's kernels (each module's own, or under
-    NUMBA_CACHE_DIR), as its dispatchers name them."""
-    import numba
+    """The folders where numba caches the kernels of nkmpi's modules (each module's own
+    __pycache__, or under NUMBA_CACHE_DIR), as numba's own cache locators find them for a
+    function of each module's file: no module is imported (some start MPI)."""
+    from numba.core.caching import CompileResultCacheImpl
     import nkmpi
     folders = set()
-    for module in pkgutil.walk_packages(nkmpi.__path__, "nkmpi."):
-        if module.name == "nkmpi.__main__":
+    for source in Path(nkmpi.__file__).parent.rglob("*.py"):
+        if "njit" not in source.read_text():
             continue
-        for value in vars(importlib.import_module(module.name)).values():
-            if isinstance(value, numba.core.dispatcher.Dispatcher) and getattr(value, "_cache", None) is not None:
-                path = getattr(value._cache, "_cache_path", None)
-                if path:
-                    folders.add(Path(path))
+        namespace = {}
+        exec(compile("def kernel():\n    pass\n", str(source), "exec"), namespace)
+        folders.add(Path(CompileResultCacheImpl(namespace["kernel"]).locator.get_cache_path()))
     return folders
 
 

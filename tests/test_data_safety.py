@@ -121,14 +121,21 @@ def dataset_reading_other_files(folder, kind):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("kind", ["virtual", "external"])
-def test_no_output_replaces_a_file_the_dataset_reads(tmp_path, kind, capsys):
-    """Every entry point refuses to write over the file a dataset's rows are read from."""
+def test_no_run_output_replaces_a_file_the_dataset_reads(tmp_path, kind):
     data, rows = dataset_reading_other_files(tmp_path, kind)
     before = digest(rows)
     message = "holds data of the dataset (" + str(data)
     one_error(run_mpi(2, ["run", data, "-k", 2, "--iters", 3, "--out", rows]), message)
     one_error(run_mpi(2, ["run", data, "-k", 2, "--iters", 3, "--out", tmp_path / "o.h5", "--checkpoint", rows]),
               message)
+    assert digest(rows) == before
+
+
+@pytest.mark.parametrize("kind", ["virtual", "external"])
+def test_no_output_of_the_other_commands_replaces_a_file_the_dataset_reads(tmp_path, kind, capsys):
+    """simulate, predict and the data tools refuse to write over a dataset's rows' file too."""
+    data, rows = dataset_reading_other_files(tmp_path, kind)
+    before = digest(rows)
     for argv in (["simulate", data, "-k", "2", "--out", rows], ["predict", data, data, "--out", rows]):
         assert main([str(a) for a in argv]) == 2
         assert f"({data} reads it through" in capsys.readouterr().err

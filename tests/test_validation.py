@@ -6,8 +6,6 @@ import pytest
 
 from conftest import run_mpi, uneven_dataset
 
-from nkmpi.cli import main
-
 pytestmark = pytest.mark.mpi
 
 
@@ -116,13 +114,3 @@ def test_bad_dataset(good, tmp_path, case):
     assert not list(tmp_path.glob("out.h5*"))           # no result, no temporary file either
     assert "iter" not in proc.stdout
 
-
-@pytest.mark.parametrize("value, message", [(1e306, "the weights add up to inf"), (0.0, "every row has weight 0")])
-def test_simulate_refuses_weights_with_nothing_or_too_much_to_cluster(good, tmp_path, capsys, value, message):
-    bad = tmp_path / "bad.h5"
-    bad.write_bytes(good.read_bytes())
-    with h5py.File(bad, "r+") as f:
-        weights(value)(f)
-    assert main(["simulate", str(bad), "-k", "3", "--out", str(tmp_path / "out.h5")]) == 2
-    assert message in capsys.readouterr().err
-    assert not list(tmp_path.glob("out.h5*"))

@@ -7,7 +7,10 @@ so it agrees to rounding."""
 
 import numpy as np
 import pytest
+from conftest import uneven_dataset
 
+from nkmpi.cli import main
+from nkmpi.formats.dataset import write_dataset
 from nkmpi.graph import build_network
 from nkmpi.options import Options
 from nkmpi.reference import lloyd, simulate
@@ -102,3 +105,15 @@ def test_weights_pull_the_centers():
     heavy = simulate(points, offsets, network, options, weights=np.r_[np.ones(100), np.full(100, 9.0)])
     assert plain.centers.mean() == pytest.approx(5.0, abs=0.5)
     assert heavy.centers.mean() == pytest.approx(9.0, abs=0.5)
+
+
+@pytest.mark.parametrize("value, message", [(1e306, "the weights add up to inf"), (1e11, "weighted sums could overflow"),
+                                            (0.0, "every row has weight 0")])
+def test_simulate_refuses_weights_with_nothing_or_too_much_to_cluster(tmp_path, capsys, value, message):
+    """The serial entry point refuses them as `nkmpi run` does (tests/test_validation.py)."""
+    data = tmp_path / "data.h5"
+    points, offsets = uneven_dataset(data)
+    write_dataset(data, points, offsets, weights=np.full(len(points), value))
+    assert main(["simulate", str(data), "-k", "3", "--out", str(tmp_path / "out.h5")]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.glob("out.h5*"))
