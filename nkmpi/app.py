@@ -24,7 +24,7 @@ from .errors import InputError, agree
 from .formats import checkpoint as checkpoint_format
 from .formats import result as result_format
 from .formats.dataset import (DatasetInfo, check_rows, check_total_weight, check_weights, open_dataset, place_blocks,
-                              read_all, read_rows, read_weights)
+                              read_all, read_rows, read_weights, weight_sum)
 from .formats.hdf5 import check_output, new_run_id, read_attributes, refuse_overwriting
 from .graph import BlockOwners, edge_file, graph_text, local_graph, network_of, not_connected, reads_stored_rows
 from .init import check_enough_distinct, distinct_rows, weighed_rows
@@ -437,8 +437,7 @@ class _Run:
             agree(comm, check_same_data, options.resume, resume["attrs"], attrs, whole_network, earlier_points,
                   earlier_offsets)
         if weights is not None:
-            with np.errstate(over="ignore"):        # an overflowing total is inf, which the check refuses
-                agree(comm, check_total_weight, comm.allreduce(float(weights.sum())))
+            agree(comm, check_total_weight, comm.allreduce(weight_sum(weights)))
         samples = comm.allgather(distinct_rows(weighed_rows(points, weights), options.n_clusters))
         agree(comm, check_enough_distinct, samples, options.n_clusters)
         self.report(f"nkmpi: {info.n_agents} agents, {info.n_points} points x {info.n_features} features, "
@@ -514,8 +513,7 @@ def simulate(options: Options, data, *, init_file=None, stream=None) -> Outcome:
     options = options.resolve(info.n_points, info.n_agents)
     options.check_data(info.n_features, info.dtype)
     if weights is not None:
-        with np.errstate(over="ignore"):
-            check_total_weight(float(weights.sum()))
+        check_total_weight(weight_sum(weights))
     check_enough_distinct([distinct_rows(weighed_rows(points, weights), options.n_clusters)], options.n_clusters)
     network = network_of(options.graph, info.n_agents, options.seed, info.graph)
     attrs = data_attrs(options, info, 1)

@@ -17,6 +17,7 @@ from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.hdf5 import IO_ATTRIBUTE
 from nkmpi.launch import mpi_env
 
+
 def pytest_sessionstart(session):
     """Kernels cached from other sources than these are dropped before any test loads
     them (precompile.drop_stale_kernels): numba would not see an edited helper module."""

@@ -457,6 +457,13 @@ def check_weights(weights: np.ndarray, where: str, first_row: int = 0, block: Ag
 MAX_TOTAL_WEIGHT = 1e12
 
 
+def weight_sum(weights: np.ndarray) -> float:
+    """The rows' weights added up, inf where the sum overflows (checked by
+    `check_total_weight`, so numpy's overflow warning is not printed)."""
+    with np.errstate(over="ignore"):
+        return float(weights.sum())
+
+
 def check_total_weight(total: float) -> None:
     """Fail when the rows' weights, adding up to `total`, leave nothing to cluster or more
     than the kernels' sums hold (MAX_TOTAL_WEIGHT; an overflowing total is inf)."""
