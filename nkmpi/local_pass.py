@@ -551,6 +551,10 @@ def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, count
 
 @njit(**_JIT)
 def _sse(points, weights, offsets, centers, labels, sse, first, stop):
+    """Each agent's sum of weight times `_distance` to the row's own center, the rows in
+    order.  Four rows at a time: their chains of p dependent additions interleave, where
+    row by row each waited on the last (1.8x as long for 16-row agents); each row's
+    distance still adds its features in order from 0, so the sums are bit for bit the same."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     for a in range(first, stop):
@@ -558,8 +562,22 @@ def _sse(points, weights, offsets, centers, labels, sse, first, stop):
             for j in range(n_features):
                 center[k, j] = centers[a, k, j]
         total = 0.0
-        for row in range(offsets[a], offsets[a + 1]):
-            total += row_weight(weights, row) * np.float64(_distance(points, row, center, labels[row]))
+        row, stop_row = offsets[a], offsets[a + 1]
+        while row + 4 <= stop_row:
+            k0, k1, k2, k3 = labels[row], labels[row + 1], labels[row + 2], labels[row + 3]
+            d0, d1 = center[k0, 0] - center[k0, 0], center[k1, 0] - center[k1, 0]     # as _distance starts
+            d2, d3 = center[k2, 0] - center[k2, 0], center[k3, 0] - center[k3, 0]
+            for j in range(n_features):
+                g0, g1 = points[row, j] - center[k0, j], points[row + 1, j] - center[k1, j]
+                g2, g3 = points[row + 2, j] - center[k2, j], points[row + 3, j] - center[k3, j]
+                d0, d1, d2, d3 = d0 + g0 * g0, d1 + g1 * g1, d2 + g2 * g2, d3 + g3 * g3
+            total += row_weight(weights, row) * np.float64(d0)
+            total += row_weight(weights, row + 1) * np.float64(d1)
+            total += row_weight(weights, row + 2) * np.float64(d2)
+            total += row_weight(weights, row + 3) * np.float64(d3)
+            row += 4
+        for last in range(row, stop_row):
+            total += row_weight(weights, last) * np.float64(_distance(points, last, center, labels[last]))
         sse[a] = total
 
 
