@@ -16,7 +16,8 @@
 4. memory: peak memory per rank above its start-up footprint against its shard.
 5. start-up: import plus kernel loading on a warm cache.
 6. a sensor network: 1,000,000 agents x 16 points x p = 8, K = 8 on a random
-   geometric graph, 2 ranks: set-up time, iterations per second (>= 5), memory.
+   geometric graph, 2 ranks, twice, the faster run kept: set-up time, iterations per
+   second (>= 5), memory.
 7. whole run: jobs/quality.py's largest data set with its recommended options, as
    one NK-means loop in this process (all agents on one rank) to rest or --iters.
    Every iteration LocalPass and the exact kernel assign the same centers (labels,
@@ -87,6 +88,7 @@ class Sizes:
     exchange_ranks: int = 4                  # target 3
     memory_points: int = 4_000_000           # target 4 (x 16 features)
     sensor_agents: int = 1_000_000           # target 6 (x 16 points)
+    sensor_runs: int = 2                     # target 6: runs, the fastest kept
     quality_dataset: str = QUALITY_LARGEST   # target 7
     solution_shape: tuple = (200_000, 32, 16, 4)   # target 8: points, features, K, agents
     solution_rounds: int = 2                 # target 8: runs of each, the fastest kept
@@ -96,7 +98,7 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(big_rows=20_000, rounds=1, repeats=2, small_agents=256, exchange_ranks=2, memory_points=40_000,
-              sensor_agents=10_000, quality_dataset=QUICK_DATASETS[0].name, solution_shape=(10_000, 8, 4, 4),
+              sensor_agents=10_000, sensor_runs=1, quality_dataset=QUICK_DATASETS[0].name, solution_shape=(10_000, 8, 4, 4),
               solution_rounds=1, spread_agents=10_000, scale_runs=((4096, 1), (4096, 2), (1024, 2)))
 
 
@@ -292,14 +294,20 @@ def sensor_network(rows, sizes, folder):
     blocks = ((start, means[rng.integers(8, size=chunk)] + rng.standard_normal((chunk, p)), None)
               for start in range(0, n_points, chunk))
     write_dataset_rows(data, (n_points, p), np.float64, np.arange(n_agents + 1, dtype=np.int64) * per, blocks)
-    started = time.perf_counter()
-    # One center update per pass (--inner 1): the rate counts the paper's iterations.
-    mpi(2, BIN / "nkmpi", "run", data, "-k", 8, "--graph", f"rgg:radius={radius:.6g}", "--iters", 10,
-        "--inner", 1, "--monitor-every", 5, "--quiet", "--out", result)
-    wall = time.perf_counter() - started
-    outcome = read_result(result)
+    runs = []
+    for _ in range(sizes.sensor_runs):
+        started = time.perf_counter()
+        # One center update per pass (--inner 1): the rate counts the paper's iterations.
+        mpi(2, BIN / "nkmpi", "run", data, "-k", 8, "--graph", f"rgg:radius={radius:.6g}", "--iters", 10,
+            "--inner", 1, "--monitor-every", 5, "--quiet", "--out", result)
+        wall = time.perf_counter() - started
+        outcome = read_result(result)
+        runs.append((outcome["attrs"]["iterations"] / outcome["attrs"]["seconds_loop"], wall, outcome))
+    # The faster run is kept whole (a shared machine only ever slows a run down); the rates
+    # of all of them are printed with it.
+    rate, wall, outcome = max(runs, key=lambda run: run[0])
+    rates = ", ".join(f"{run[0]:.2f}" for run in runs)
     attrs, metrics = outcome["attrs"], outcome["metrics"]
-    rate = attrs["iterations"] / attrs["seconds_loop"]
     # Between the two monitoring points (iterations 5 and 10): without the first, cold pass.
     settled_rate = np.diff(metrics["iteration"])[-1] / np.diff(metrics["seconds"])[-1]
     name = f"6 sensor network {n_agents:,} agents"
@@ -308,7 +316,8 @@ def sensor_network(rows, sizes, folder):
     above_shard = float(np.max(attrs["rank_peak_memory_bytes"] - attrs["rank_shard_bytes"]))
     rows.append((f"{name}: the largest rank's peak memory above its shard vs 1 GiB", above_shard, 2**30,
                  above_shard / 2**30, 1.0, "<="))
-    rows.append((f"{name}: iterations per second vs 5", rate, 5.0, rate / 5.0, 1.0, ">="))
+    rows.append((f"{name}: iterations per second vs 5 (the faster of runs at {rates})", rate, 5.0, rate / 5.0, 1.0,
+                 ">="))
     rows.append((f"{name}: iterations per second from iteration 5 to 10", settled_rate, 5.0, settled_rate / 5.0,
                  None, "info"))
     resident = attrs["rank_peak_resident_bytes"].sum()
