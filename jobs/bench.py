@@ -98,8 +98,9 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(big_rows=20_000, rounds=1, repeats=2, small_agents=256, exchange_ranks=2, memory_points=40_000,
-              sensor_agents=10_000, sensor_runs=1, quality_dataset=QUICK_DATASETS[0].name, solution_shape=(10_000, 8, 4, 4),
-              solution_rounds=1, spread_agents=10_000, scale_runs=((4096, 1), (4096, 2), (1024, 2)))
+              sensor_agents=10_000, sensor_runs=1, quality_dataset=QUICK_DATASETS[0].name,
+              solution_shape=(10_000, 8, 4, 4), solution_rounds=1, spread_agents=10_000,
+              scale_runs=((4096, 1), (4096, 2), (1024, 2)))
 
 
 def median_time(function, repeats):
