@@ -134,7 +134,7 @@ def warm_up(dtype: np.dtype | type, init) -> None:
         seeding.kmeans_plusplus(np.zeros((0, 1)), np.zeros(0), 1, 1, 0, 0, 0)
         seeding.weighted_lloyd(np.zeros((0, 1)), np.zeros(0), np.zeros((0, 1)), 1)
         tree.warm_up()
-    else:
+    elif not AGENT_SEEDINGS[init].only_first:            # agents without seeds adopt their neighbours'
         no_centers, no_nbr = np.zeros((0, 1, 1)), np.zeros(0, dtype=np.int32)      # (a halo plan's nbr_idx)
         adopt_from_neighbours(no_centers, no_centers, no_offsets, no_nbr, no_ids, no_ids, np.zeros(0, dtype=bool))
 
@@ -208,21 +208,23 @@ def network_seeding(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, off
 
 
 def initial_centers(comm: MPI.Comm, exchange: NeighbourExchange, points: np.ndarray, weights: np.ndarray,
-                    offsets: np.ndarray, agents: np.ndarray, options: Options) -> np.ndarray:
+                    offsets: np.ndarray, agents: np.ndarray, owner: np.ndarray, options: Options) -> np.ndarray:
     """Each agent's initial centers, written into exchange.centers: the given ones, the
-    network-wide seeding, or a per-agent method's seeds then flood rounds over neighbour
-    exchanges until every agent has centers.  Returns them, as a read-only (L, K, p) view
-    of one (K, p) where every agent starts alike (the given ones, the network seeding),
-    so that a run does not keep a second copy of every agent's centers to report them."""
+    network-wide seeding, the one seed of a method where only the first agent seeds
+    (`one_seed`), or every seeding agent's seeds then flood rounds over neighbour exchanges
+    until every agent has centers.  Returns them, as a read-only (L, K, p) view of one (K, p)
+    where every agent starts alike (all but the last), so that a run does not keep a second
+    copy of every agent's centers to report them."""
     centers = exchange.centers
     if not isinstance(options.init, str):
         shared = np.array(options.init, dtype=np.float64)
     elif options.init == NETWORK_SEEDING:
         shared = network_seeding(comm, points, weights, offsets, exchange.plan, options)
+    elif AGENT_SEEDINGS[options.init].only_first:
+        shared = one_seed(comm, points, weights, offsets, agents, owner, options)
     else:
         centers[:] = np.nan
-        seeds, _ = agent_seeds(comm, points, weights, offsets, agents, options,
-                               AGENT_SEEDINGS[options.init].only_first)
+        seeds, _ = agent_seeds(comm, points, weights, offsets, agents, options, only_first=False)
         for i, seed in seeds.items():
             centers[i] = seed
         plan = exchange.plan
@@ -249,6 +251,15 @@ def shared_initial_centers(comm: MPI.Comm, points: np.ndarray, weights: np.ndarr
     if options.init == NETWORK_SEEDING:
         plan = HaloPlan.build(graph, owner, comm.Get_rank())      # the seeding's tree grows over the halo
         return network_seeding(comm, points, weights, offsets, plan, options)
+    return one_seed(comm, points, weights, offsets, agents, owner, options)
+
+
+def one_seed(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets: np.ndarray, agents: np.ndarray,
+             owner: np.ndarray, options: Options) -> np.ndarray:
+    """The (K, p) seeds of the network's lowest-numbered agent that can seed with options.init's
+    per-agent method, on every rank: where it alone seeds (flood), the centers every agent holds
+    once they have flooded the connected graph, which the rounds would only copy, one diameter
+    of rounds (hundreds on a sensor network) each with an exchange and an allreduce."""
     seeds, source = agent_seeds(comm, points, weights, offsets, agents, options, only_first=True)
     return comm.bcast(next(iter(seeds.values()), None), root=int(owner[source]))
 
@@ -376,7 +387,7 @@ class _NKMeans:
                                         op=MPI.MAX)
         if loop.resume is None:
             self.start_centers = initial_centers(comm, self.exchange, loop.points, loop.weights, loop.offsets,
-                                                 loop.agents, options)
+                                                 loop.agents, loop.owner, options)
             self.rho_stage = 0
         else:
             self.exchange.centers[:] = loop.resume["centers"]

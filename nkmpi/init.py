@@ -13,8 +13,9 @@ per-agent seeds:
 
 and agents without a seed then adopt, round by round, the centers of their
 lowest-numbered neighbour that had centers at the start of the round.  With
-flood every agent ends with the same centers after at most diameter rounds.
-Missing centers are NaN, so the rounds need nothing but the usual exchange.
+flood every agent ends with the same centers after at most diameter rounds
+(which is why the driver broadcasts them instead: the same numbers).  Missing
+centers are NaN, so the rounds need nothing but the usual exchange.
 
 The driver and the serial reference read a per-agent method only through its
 `AgentSeeding`, so a new one is one more entry of AGENT_SEEDINGS.

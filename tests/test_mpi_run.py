@@ -69,6 +69,23 @@ def test_one_agent_per_rank_local_and_flood_init(tmp_path, init):
     np.testing.assert_array_equal(got["assignments"], expected.assignments)
 
 
+def test_flood_start_is_what_the_rounds_spread_on_any_rank_count(tmp_path):
+    """`nkmpi run --init flood` broadcasts the one seed where the reference runs the flood
+    rounds: along a path from the middle (the first agents hold too few distinct points to
+    seed), every agent starts from the reference's centers, bit for bit, on 1 and 3 ranks."""
+    sizes = [2, 3, 1, 12, 9, 2, 10, 4, 3]
+    points = np.random.default_rng(5).standard_normal((sum(sizes), 3))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    path = tmp_path / "path.h5"
+    write_dataset(path, points, offsets)
+    expected = reference_for(points, offsets, "path", n_agents=len(sizes), init="flood")
+    assert np.isnan(expected.initial_centers).sum() == 0
+    for n_ranks in (1, 3):
+        got = run(path, tmp_path / f"r{n_ranks}.h5", n_ranks, "path", ["--init", "flood"])
+        np.testing.assert_array_equal(got["initial_centers"], expected.initial_centers)
+        np.testing.assert_allclose(got["centers"], expected.centers, rtol=1e-12, atol=0)
+
+
 def test_early_stop_matches_reference_and_writes_every_parameter(dataset, tmp_path):
     path, points, offsets = dataset
     out = tmp_path / "conv.h5"
