@@ -370,19 +370,34 @@ def execute(comm, options: Options, source, *, init_file=None, report=None, stre
     from . import kernels
     entered = time.perf_counter()
     with kernels.thread_limits(options.threads):
-        return _Run(comm, options, source, init_file, report, stream, stop_requested, entered).execute()
+        limited = time.perf_counter()
+        return _Run(comm, options, source, init_file, report, stream, stop_requested, entered, limited).execute()
 
 
 class _Run:
     """The steps of `execute`, sharing the run's state."""
 
-    def __init__(self, comm, options, source, init_file, report, stream, stop_requested, entered):
+    def __init__(self, comm, options, source, init_file, report, stream, stop_requested, entered, limited):
         self.comm, self.options, self.source, self.init_file = comm, options, source, init_file
         self.rank = comm.Get_rank()
         self.report = report if report is not None and self.rank == 0 else (lambda text, always=False: None)
         self.stream = stream if self.rank == 0 else None
         self.stop_requested = stop_requested or (lambda: False)
         self.entered = entered
+        self.kernel_seconds = limited - entered     # thread_limits loads the BLAS the kernels call
+
+    def load_kernels(self, dtype, init):
+        """Load the run's kernels (driver.warm_up) and let the compiler's code go, timed apart
+        from the set-up: like the interpreter's start, numba's own start (a third of a second
+        on a warm cache, minutes on a cold one) costs every process the same whatever its
+        share of the network.  It ends when every rank has them: waiting for a rank still loading
+        is part of loading, not of the set-up.  (The graph's few kernels load with the graph.)"""
+        from . import driver
+        started = time.perf_counter()
+        driver.warm_up(dtype, init)
+        release_compiler_code()         # the loop runs no LLVM: a rank need not keep its code resident
+        self.comm.Barrier()
+        self.kernel_seconds += time.perf_counter() - started
 
     def execute(self):
         from mpi4py import MPI
@@ -396,6 +411,7 @@ class _Run:
         info = shard.info
         options = agree(comm, self.options.resolve, info.n_points, info.n_agents)
         agree(comm, options.check_data, info.n_features, info.dtype)
+        self.load_kernels(info.dtype, options.init)
         graph, whole_network = run_graph(comm, options, info, shard)
         release_freed_memory()
         n_edges = comm.allreduce(len(graph.indices)) // 2
@@ -413,8 +429,7 @@ class _Run:
             resume = agree(comm, checkpoint_format.read_checkpoint, options.resume, first, stop,
                            row_start, row_stop)
             agree(comm, check_resumable, options.resume, resume, options, attrs)
-        driver.warm_up(info.dtype, options.init)
-        release_compiler_code()         # the loop runs no LLVM: a rank need not keep its code resident
+        release_compiler_code()         # what loading the graph's kernels faulted back in
         memory_before_load = resident_bytes()
         points, offsets, agents = shard.load(), shard.offsets, shard.agents
         weights = shard.load_weights()
@@ -478,7 +493,8 @@ class _Run:
                                                               row_weights)
         attrs.update(outcome_attrs(result, time.perf_counter() - started))
         attrs.update(rank_statistics(comm, result, points.nbytes, memory_before_load))
-        attrs.update(seconds_setup=started - self.entered + result.seconds["initialization"],
+        attrs.update(seconds_kernels=self.kernel_seconds,
+                     seconds_setup=started - self.entered + result.seconds["initialization"] - self.kernel_seconds,
                      seconds_loop=result.seconds["loop"])
         if resume:
             attrs.update(resumed_from=os.path.abspath(options.resume), resumed_at_iteration=first_iteration)

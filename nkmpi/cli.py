@@ -108,7 +108,8 @@ def resource_line(attrs, iterations):
     per_iteration = {p: 1e3 * attrs[f"rank_seconds_{p}"].max() / iterations for p in LOOP_PHASES}
     mib = 2.0 ** 20
     phases = ", ".join(f"{p} {v:.3g} ms" for p, v in per_iteration.items())
-    return (f"nkmpi: set-up {attrs['seconds_setup']:.2f} s; per iteration (slowest rank): {phases}"
+    return (f"nkmpi: kernels loaded in {attrs['seconds_kernels']:.2f} s, set-up {attrs['seconds_setup']:.2f} s; "
+            f"per iteration (slowest rank): {phases}"
             f"; sent {attrs['rank_bytes_sent_per_iteration'].max() / 1024:.3g} KiB per rank; "
             f"peak memory {attrs['rank_peak_memory_bytes'].max() / mib:.1f} MiB per rank "
             f"for a {attrs['rank_shard_bytes'].max() / mib:.1f} MiB shard")

@@ -238,3 +238,27 @@ def test_status_of_a_missing_or_damaged_file_is_bad_input(run_files, dataset, tm
     assert main(["status", str(path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("nkmpi: error:") == 1 and message in err, err
+
+
+def test_kernel_loading_is_timed_apart_from_the_set_up(dataset, tmp_path, monkeypatch, capsys):
+    """A run's profile gives loading the kernels (numba's start, the same in every process
+    whatever its share of the network) in seconds_kernels and the rest of the set-up in
+    seconds_setup: a clock that jumps an hour while the kernels load shows in the first alone,
+    and in neither `seconds` nor the set-up."""
+    from types import SimpleNamespace
+
+    from nkmpi import app, driver
+    hour, jumped, clock, warm_up = 3600.0, [0.0], app.time.perf_counter, driver.warm_up
+
+    def an_hour_long_warm_up(*args):
+        warm_up(*args)
+        jumped[0] += hour
+    monkeypatch.setattr(app, "time", SimpleNamespace(perf_counter=lambda: clock() + jumped[0]))
+    monkeypatch.setattr(driver, "warm_up", an_hour_long_warm_up)
+    out = tmp_path / "result.h5"
+    assert main(["run", str(dataset), "-k", "2", "--iters", "2", "--out", str(out)]) == 0
+    attrs = read_result(out)["attrs"]
+    assert jumped == [hour]
+    assert hour <= attrs["seconds_kernels"] < 2 * hour
+    assert 0 < attrs["seconds_setup"] < hour and attrs["seconds"] < hour
+    assert f"nkmpi: kernels loaded in {attrs['seconds_kernels']:.2f} s, set-up " in capsys.readouterr().out

@@ -71,8 +71,9 @@ def test_the_compilers_code_is_let_go_and_the_kernels_still_run():
     assert seen["compiled"] == 90.0
 
 
-# A run in this interpreter: the kernels it called after its driver.warm_up that were not loaded
-# yet (numba dispatchers that gained an overload since), in any of nkmpi's modules.
+# A run in this interpreter: the kernels it called after it measured its memory before reading its
+# rows that were not loaded yet (numba dispatchers that gained an overload since), in any of nkmpi's
+# modules.
 RUN_AFTER_WARM_UP = r"""
 import json
 import sys
@@ -81,7 +82,7 @@ from pathlib import Path
 import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from nkmpi import cli, driver, precompile
+from nkmpi import app, cli, precompile
 
 def overloads():
     return {f"{name}.{attr}": len(value.overloads) for name, module in list(sys.modules.items())
@@ -90,13 +91,13 @@ def overloads():
 
 folder, dtype, init, weighted = Path(sys.argv[1]), np.dtype(sys.argv[2]), sys.argv[3], sys.argv[4] == "weighted"
 precompile.small_dataset(folder / "data.h5", dtype, weighted)
-loaded, warm_up = {}, driver.warm_up
+loaded, resident_bytes = {}, app.resident_bytes
 
-def warm_up_seen(*args):
-    warm_up(*args)
+def resident_bytes_seen():
     loaded.update(overloads())
+    return resident_bytes()
 
-driver.warm_up = warm_up_seen
+app.resident_bytes = resident_bytes_seen
 status = cli.main(["run", str(folder / "data.h5"), "-k", "3", "--init", init, "--graph", "rgg:radius=0.6",
                    "--iters", "3", "--quiet", "--out", str(folder / "result.h5"),
                    "--checkpoint", str(folder / "checkpoint.h5")])
@@ -107,9 +108,10 @@ print(json.dumps(dict(status=status, warmed=bool(loaded),
 
 @pytest.mark.parametrize("dtype, init, weighted", [("float64", "network", "plain"), ("float32", "network", "weighted"),
                                                    ("float64", "flood", "weighted"), ("float32", "local", "plain")])
-def test_set_up_loads_no_kernel_after_the_warm_up(tmp_path, dtype, init, weighted):
-    """Every kernel a run calls is loaded by driver.warm_up, before the rows are read: a kernel
-    loaded later runs LLVM, whose code would then be resident with the rows, at the run's peak."""
+def test_no_kernel_is_loaded_once_the_rows_are_read(tmp_path, dtype, init, weighted):
+    """Every kernel a run calls is loaded before the rows are read (driver.warm_up, and the
+    graph's with the graph), and the compiler's code let go: a kernel loaded later runs LLVM,
+    whose code would then be resident with the rows, at the run's peak."""
     proc = subprocess.run([sys.executable, "-c", RUN_AFTER_WARM_UP, tmp_path, dtype, init, weighted],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
