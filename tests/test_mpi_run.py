@@ -7,7 +7,7 @@ import pytest
 from conftest import MPI_TIMEOUT, assert_same_file, run_mpi, run_python, uneven_dataset
 from nkmpi.formats.dataset import write_dataset
 from nkmpi.formats.result import read_result
-from nkmpi.graph import build_network
+from nkmpi.graph import block_placement, build_network
 from nkmpi.options import Options
 from nkmpi.reference import simulate
 
@@ -72,8 +72,12 @@ def test_one_agent_per_rank_local_and_flood_init(tmp_path, init):
 def test_flood_start_is_what_the_rounds_spread_on_any_rank_count(tmp_path):
     """`nkmpi run --init flood` broadcasts the one seed where the reference runs the flood
     rounds: along a path from the middle (the first agents hold too few distinct points to
-    seed), every agent starts from the reference's centers, bit for bit, on 1 and 3 ranks."""
-    sizes = [2, 3, 1, 12, 9, 2, 10, 4, 3]
+    seed), every agent starts from the reference's centers, bit for bit, on 1 and 3 ranks,
+    where the seeding agent is on rank 1 (a broadcast from the wrong rank shows)."""
+    sizes = [2, 3, 1, 2, 3, 1, 12, 9, 10]
+    seeding = int(np.argmax(np.array(sizes) >= 4))      # the first agent with K points
+    bounds = block_placement(np.array(sizes), 3)
+    assert bounds[1] <= seeding < bounds[2]
     points = np.random.default_rng(5).standard_normal((sum(sizes), 3))
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     path = tmp_path / "path.h5"
