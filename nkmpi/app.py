@@ -411,10 +411,7 @@ class _Run:
         info = shard.info
         options = agree(comm, self.options.resolve, info.n_points, info.n_agents)
         agree(comm, options.check_data, info.n_features, info.dtype)
-        self.load_kernels(info.dtype, options.init)
-        graph, whole_network = run_graph(comm, options, info, shard)
-        release_freed_memory()
-        n_edges = comm.allreduce(len(graph.indices)) // 2
+        # Outputs and the checkpoint are checked before the kernels load (minutes on a cold cache).
         attrs = data_attrs(options, info, comm.Get_size())
         for path in (out, checkpoint):
             if path:
@@ -429,6 +426,10 @@ class _Run:
             resume = agree(comm, checkpoint_format.read_checkpoint, options.resume, first, stop,
                            row_start, row_stop)
             agree(comm, check_resumable, options.resume, resume, options, attrs)
+        self.load_kernels(info.dtype, options.init)
+        graph, whole_network = run_graph(comm, options, info, shard)
+        release_freed_memory()
+        n_edges = comm.allreduce(len(graph.indices)) // 2
         release_compiler_code()         # what loading the graph's kernels faulted back in
         memory_before_load = resident_bytes()
         points, offsets, agents = shard.load(), shard.offsets, shard.agents

@@ -240,6 +240,23 @@ def test_status_of_a_missing_or_damaged_file_is_bad_input(run_files, dataset, tm
     assert out == "" and err.count("nkmpi: error:") == 1 and message in err, err
 
 
+def test_bad_outputs_and_checkpoints_are_refused_before_the_kernels_load(dataset, tmp_path, monkeypatch, capsys):
+    """Loading the kernels takes minutes on a cold cache: a run refuses an output it cannot
+    write, and a checkpoint it cannot resume, before that."""
+    from nkmpi import driver
+    loads = []
+    monkeypatch.setattr(driver, "warm_up", lambda *args: loads.append(args))
+    checkpoint = tmp_path / "saved.checkpoint.h5"
+    assert main(["run", str(dataset), "-k", "2", "--iters", "2", "--checkpoint", str(checkpoint),
+                 "--checkpoint-every", "1", "--out", str(tmp_path / "first.h5")]) == 0
+    loads.clear()
+    for args in (["--out", str(tmp_path / "missing" / "result.h5")],
+                 ["--resume", str(checkpoint), "-k", "3", "--out", str(tmp_path / "second.h5")]):
+        assert main(["run", str(dataset), "-k", "2", "--iters", "5", *args]) == 2
+        assert "nkmpi: error:" in capsys.readouterr().err
+        assert loads == []
+
+
 def test_kernel_loading_is_timed_apart_from_the_set_up(dataset, tmp_path, monkeypatch, capsys):
     """A run's profile gives loading the kernels (numba's start, the same in every process
     whatever its share of the network) in seconds_kernels and the rest of the set-up in
