@@ -35,17 +35,19 @@
    loading the kernels are left out.  Target <= 1, aim 0.5; for information, the
    iterations and final cost of both.
 9. spread over ranks: 400,000 agents x 4 points x p = 4 (rgg, mean degree about 28),
-   K = 4, --init flood, on 4 ranks against 1: set-up seconds (target <= 0.75x) and the largest
-   rank's peak resident memory (target <= 0.4x); for information, the seconds each run spent
-   loading the kernels (`seconds_kernels`, not part of the set-up), and both together.
+   K = 4, --init flood, on 4 ranks against 1: set-up seconds, loading the kernels included
+   (target <= 0.75x), and the largest rank's peak resident memory (target <= 0.4x); for
+   information, the set-up after loading (`seconds_setup`) and the loading (`seconds_kernels`).
 10. scale: 2**18 and 2**20 agents x 4 points x p = 4 (rgg, mean degree about 30), K = 4,
    --init flood, on 1 to 64 ranks: the largest rank's set-up seconds and peak resident
    memory, and the per-rank memory model fitted to them (fixed, per agent of the network,
    per agent of the rank; jobs/comm_model.py predicts 1,024 and 16,384 ranks from it).
    Skipped with --skip-large.
 
-Everything timed in this process runs on one thread (kernels, BLAS, OpenMP); MPI
-ranks get one thread each and are oversubscribed when the machine has fewer cores.
+Every set-up of targets 6, 9 and 10 counts loading the kernels (the result's
+seconds_kernels) with its seconds_setup: a job waits for both.  Everything timed in this
+process runs on one thread (kernels, BLAS, OpenMP); MPI ranks get one thread each and are
+oversubscribed when the machine has fewer cores.
 --quick shrinks every size (target 3 on 2 ranks): a smoke test of the script that
 finishes in well under a minute and measures nothing.  Prints a table (nkmpi, peer,
 ratio, target, pass/fail) and writes it as CSV.
@@ -313,8 +315,8 @@ def sensor_network(rows, sizes, folder):
     # Between the two monitoring points (iterations 5 and 10): without the first, cold pass.
     settled_rate = np.diff(metrics["iteration"])[-1] / np.diff(metrics["seconds"])[-1]
     name = f"6 sensor network {n_agents:,} agents"
-    rows.append((f"{name}: set-up seconds vs 10", attrs["seconds_setup"], 10.0, attrs["seconds_setup"] / 10.0, 1.0,
-                 "<="))
+    setup = attrs["seconds_setup"] + attrs["seconds_kernels"]
+    rows.append((f"{name}: set-up seconds (loading the kernels included) vs 10", setup, 10.0, setup / 10.0, 1.0, "<="))
     above_shard = float(np.max(attrs["rank_peak_memory_bytes"] - attrs["rank_shard_bytes"]))
     rows.append((f"{name}: the largest rank's peak memory above its shard vs 1 GiB", above_shard, 2**30,
                  above_shard / 2**30, 1.0, "<="))
@@ -528,11 +530,12 @@ def spread_over_ranks(rows, sizes, folder):
                              attrs["seconds_kernels"])
     name = f"9 {n_agents:,} agents (rgg, {per} points each) on 4 ranks against 1"
     (setup_1, resident_1, kernels_1), (setup_4, resident_4, kernels_4) = measured[1], measured[4]
-    rows.append((f"{name}: set-up seconds", setup_4, setup_1, setup_4 / setup_1, 0.75, "<="))
-    rows.append((f"{name}: seconds loading the kernels (not in the set-up; every rank loads them all)", kernels_4,
-                 kernels_1, kernels_4 / kernels_1, None, "info"))
-    rows.append((f"{name}: set-up and kernel loading seconds", setup_4 + kernels_4, setup_1 + kernels_1,
-                 (setup_4 + kernels_4) / (setup_1 + kernels_1), None, "info"))
+    rows.append((f"{name}: set-up seconds, loading the kernels included", setup_4 + kernels_4, setup_1 + kernels_1,
+                 (setup_4 + kernels_4) / (setup_1 + kernels_1), 0.75, "<="))
+    rows.append((f"{name}: set-up seconds after loading the kernels (seconds_setup)", setup_4, setup_1,
+                 setup_4 / setup_1, None, "info"))
+    rows.append((f"{name}: seconds loading the kernels (every rank loads them all)", kernels_4, kernels_1,
+                 kernels_4 / kernels_1, None, "info"))
     rows.append((f"{name}: peak resident bytes of the largest rank", resident_4, resident_1, resident_4 / resident_1,
                  0.4, "<="))
 
@@ -549,9 +552,11 @@ def scale(rows, sizes, folder):
         if not data.exists():
             write_blobs(data, n_agents, 4, 4, seed=10)
         attrs = flood_run(n_ranks, data, sensor_radius(n_agents), folder / f"scale-{n_agents}-{n_ranks}.result.h5")
-        measured[n_agents, n_ranks] = (float(attrs["seconds_setup"]), float(np.max(attrs["rank_peak_resident_bytes"])))
+        measured[n_agents, n_ranks] = (float(attrs["seconds_setup"] + attrs["seconds_kernels"]),
+                                       float(np.max(attrs["rank_peak_resident_bytes"])))
         name = f"10 scale {n_agents:,} agents (rgg, 4 points each) on {n_ranks} ranks"
-        rows.append((f"{name}: set-up seconds", measured[n_agents, n_ranks][0], None, None, None, "info"))
+        rows.append((f"{name}: set-up seconds, loading the kernels included", measured[n_agents, n_ranks][0], None,
+                     None, None, "info"))
         rows.append((f"{name}: the largest rank's peak resident bytes", measured[n_agents, n_ranks][1], None, None,
                      None, "info"))
     design = np.array([[1.0, m, m / r] for m, r in measured])
