@@ -279,6 +279,12 @@ def write_blobs(path, n_agents, per, p, seed):
                        [(0, points, None)])
 
 
+def job_setup_seconds(attrs):
+    """What a job waits for before its first iteration: loading the kernels (the result's
+    seconds_kernels) and the rest of the set-up (seconds_setup)."""
+    return float(attrs["seconds_setup"] + attrs["seconds_kernels"])
+
+
 def flood_run(n_ranks, data, radius, result):
     """`nkmpi run` of targets 9 and 10: K = 4, --init flood, 2 iterations; the result's attributes."""
     mpi(n_ranks, BIN / "nkmpi", "run", data, "-k", 4, "--init", "flood", "--graph", f"rgg:radius={radius:.6g}",
@@ -315,7 +321,7 @@ def sensor_network(rows, sizes, folder):
     # Between the two monitoring points (iterations 5 and 10): without the first, cold pass.
     settled_rate = np.diff(metrics["iteration"])[-1] / np.diff(metrics["seconds"])[-1]
     name = f"6 sensor network {n_agents:,} agents"
-    setup = attrs["seconds_setup"] + attrs["seconds_kernels"]
+    setup = job_setup_seconds(attrs)
     rows.append((f"{name}: set-up seconds (loading the kernels included) vs 10", setup, 10.0, setup / 10.0, 1.0, "<="))
     above_shard = float(np.max(attrs["rank_peak_memory_bytes"] - attrs["rank_shard_bytes"]))
     rows.append((f"{name}: the largest rank's peak memory above its shard vs 1 GiB", above_shard, 2**30,
@@ -523,21 +529,15 @@ def spread_over_ranks(rows, sizes, folder):
     radius = sensor_radius(n_agents)
     data = folder / "spread.h5"
     write_blobs(data, n_agents, per, p, seed=9)
-    measured = {}
-    for n_ranks in (1, 4):
-        attrs = flood_run(n_ranks, data, radius, folder / f"spread-{n_ranks}.result.h5")
-        measured[n_ranks] = (attrs["seconds_setup"], float(np.max(attrs["rank_peak_resident_bytes"])),
-                             attrs["seconds_kernels"])
+    one, four = (flood_run(n_ranks, data, radius, folder / f"spread-{n_ranks}.result.h5") for n_ranks in (1, 4))
     name = f"9 {n_agents:,} agents (rgg, {per} points each) on 4 ranks against 1"
-    (setup_1, resident_1, kernels_1), (setup_4, resident_4, kernels_4) = measured[1], measured[4]
-    rows.append((f"{name}: set-up seconds, loading the kernels included", setup_4 + kernels_4, setup_1 + kernels_1,
-                 (setup_4 + kernels_4) / (setup_1 + kernels_1), 0.75, "<="))
-    rows.append((f"{name}: set-up seconds after loading the kernels (seconds_setup)", setup_4, setup_1,
-                 setup_4 / setup_1, None, "info"))
-    rows.append((f"{name}: seconds loading the kernels (every rank loads them all)", kernels_4, kernels_1,
-                 kernels_4 / kernels_1, None, "info"))
-    rows.append((f"{name}: peak resident bytes of the largest rank", resident_4, resident_1, resident_4 / resident_1,
-                 0.4, "<="))
+    for what, measure, target in (
+            ("set-up seconds, loading the kernels included", job_setup_seconds, 0.75),
+            ("set-up seconds after loading the kernels (seconds_setup)", lambda attrs: attrs["seconds_setup"], None),
+            ("seconds loading the kernels (every rank loads them all)", lambda attrs: attrs["seconds_kernels"], None),
+            ("peak resident bytes of the largest rank", lambda attrs: np.max(attrs["rank_peak_resident_bytes"]), 0.4)):
+        ours, peer = float(measure(four)), float(measure(one))
+        rows.append((f"{name}: {what}", ours, peer, ours / peer, target, "info" if target is None else "<="))
 
 
 def scale(rows, sizes, folder):
@@ -552,8 +552,7 @@ def scale(rows, sizes, folder):
         if not data.exists():
             write_blobs(data, n_agents, 4, 4, seed=10)
         attrs = flood_run(n_ranks, data, sensor_radius(n_agents), folder / f"scale-{n_agents}-{n_ranks}.result.h5")
-        measured[n_agents, n_ranks] = (float(attrs["seconds_setup"] + attrs["seconds_kernels"]),
-                                       float(np.max(attrs["rank_peak_resident_bytes"])))
+        measured[n_agents, n_ranks] = (job_setup_seconds(attrs), float(np.max(attrs["rank_peak_resident_bytes"])))
         name = f"10 scale {n_agents:,} agents (rgg, 4 points each) on {n_ranks} ranks"
         rows.append((f"{name}: set-up seconds, loading the kernels included", measured[n_agents, n_ranks][0], None,
                      None, None, "info"))
