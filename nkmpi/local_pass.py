@@ -74,7 +74,7 @@ SSE_INTERLEAVED_BELOW = 32
 #: its label that a run of random labels mispredicts.  Wider rows are read only where their
 #: cluster is summed again.  (2,000,000 rows of random labels in 8 clusters, p = 8, 4 of them
 #: summed again: 7.3 ms routed, 12.9 ms by a branch; p = 32 and 16 clusters, 1 of them: 4.2
-#: against 3.5 ms; target 8 of jobs/bench.py, p = 32: its passes 10% slower routed.)
+#: against 3.5 ms; target 8 of jobs/bench.py, p = 32: its passes 10-15% slower routed.)
 ROUTED_ROW_BYTES = 64
 #: Smallest normals allowed per distance for underflow (products that flush to zero).
 ETA_ULPS = 8.0
