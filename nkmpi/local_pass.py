@@ -173,25 +173,22 @@ def _add_row(points, weights, row, label, sums, counts, a):
 
 @njit(inline='always', **_JIT)
 def _sum_affected(points, weights, lo, hi, labels, sums, counts, a, affected, route, acc, acc_counts):
-    """Sum agent a's `affected` clusters again, every row in order: each row is added to its
-    cluster's sum in `acc`, or to the spare acc[K] where its cluster is not affected
-    (ROUTED_ROW_BYTES: for narrow rows, cheaper than a branch on the label, mispredicted
-    about once a row).  route (K,), acc (K + 1, p), acc_counts (K + 1,): scratch."""
-    n_clusters, n_features = sums.shape[1], sums.shape[2]
+    """Sum agent a's `affected` clusters again, every row in order: each row is added
+    (`_add_row`) to its cluster's sum in `acc`, or to the spare acc[0, K] where its cluster
+    is not affected (ROUTED_ROW_BYTES: for narrow rows, cheaper than a branch on the label,
+    mispredicted about once a row).  route (K,), acc (1, K + 1, p), acc_counts (1, K + 1):
+    scratch."""
+    n_clusters = sums.shape[1]
     for k in range(n_clusters):
         route[k] = k if affected[k] else n_clusters
-        acc_counts[k] = 0.0
-        acc[k] = 0.0
+        acc_counts[0, k] = 0.0
+        acc[0, k] = 0.0
     for row in range(lo, hi):
-        target = route[labels[row]]
-        weight = row_weight(weights, row)
-        acc_counts[target] += weight
-        for j in range(n_features):
-            acc[target, j] += weight * np.float64(points[row, j])
+        _add_row(points, weights, row, route[labels[row]], acc, acc_counts, 0)
     for k in range(n_clusters):
         if affected[k]:
-            counts[a, k] = acc_counts[k]
-            sums[a, k] = acc[k]
+            counts[a, k] = acc_counts[0, k]
+            sums[a, k] = acc[0, k]
 
 
 @njit(**_JIT)
@@ -456,7 +453,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     affected = np.empty(n_clusters, dtype=np.bool_)
     route = np.empty(n_clusters, dtype=np.int64)
     routed = n_features * points.itemsize <= ROUTED_ROW_BYTES
-    acc, acc_counts = np.empty((n_clusters + 1, n_features)), np.empty(n_clusters + 1)
+    acc, acc_counts = np.empty((1, n_clusters + 1, n_features)), np.empty((1, n_clusters + 1))
     gathered = np.empty((dots.shape[0], n_features), dtype=points.dtype)
     given = moved.shape[0] > 0
     for chunk in range(first, stop, AGENT_CHUNK):
