@@ -11,7 +11,11 @@ in a fixed order, the same as in the serial reference:
   centers: no upcast copy of the points);
 * cluster sums and counts (float64) accumulate rows in dataset order, each row
   times its weight (`weights`: one per row, or empty when every row weighs 1; a
-  weight of 1 multiplies exactly, so unweighted data give the same bits);
+  weight of 1 multiplies exactly, so unweighted data give the same bits), in
+  blocks of `sum_block_rows(K)` rows of an agent: each block's sums start from
+  zero and the blocks' sums are then added in order (an agent of one block adds
+  its rows straight up), so that a pass which changes a few labels of a big
+  agent sums again only the blocks those rows are in (local_pass);
 * neighbour centers are added in ascending global agent id.
 
 No fastmath: reassociation would break the agreement with the reference.
@@ -28,6 +32,7 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 from numba import njit, prange
+from numba.extending import register_jitable
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
 from .row_sums import LANES, add_row_vectors, add_squared_gaps, store_row, stream_fence, tile_center_distances
@@ -117,6 +122,19 @@ def row_weight(weights, row):
     return weights[row] if weights.shape[0] else 1.0
 
 
+#: The rows of a block of an agent's cluster sums (`sum_block_rows`): at least SUM_BLOCK_ROWS,
+#: and SUM_BLOCK_ROWS_PER_CLUSTER a cluster, so that keeping every block's K x p sums and K
+#: counts (local_pass) takes at most (p + 1) / 8 bytes a row, about a 64th of float64 rows.
+SUM_BLOCK_ROWS, SUM_BLOCK_ROWS_PER_CLUSTER = 1024, 64
+
+
+@register_jitable
+def sum_block_rows(n_clusters):
+    """Rows of an agent whose cluster sums are added up apart, for K = n_clusters (plain
+    Python too: the serial reference adds its sums so)."""
+    return max(SUM_BLOCK_ROWS, SUM_BLOCK_ROWS_PER_CLUSTER * n_clusters)
+
+
 @njit(**_JIT)
 def _assign(points, weights, offsets, centers, labels, sums, counts, sse, changed, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
@@ -124,6 +142,8 @@ def _assign(points, weights, offsets, centers, labels, sums, counts, sse, change
     rows_t = np.zeros((n_features, tile), dtype=points.dtype)      # zeros: tile_distances reads past a tile's rows
     dist = np.empty((n_clusters, tile), dtype=points.dtype)
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
+    block = sum_block_rows(n_clusters)
+    block_sums, block_counts = np.empty((1, n_clusters, n_features)), np.empty((1, n_clusters))
     for a in range(first, stop):
         for k in range(n_clusters):
             for j in range(n_features):
@@ -132,23 +152,37 @@ def _assign(points, weights, offsets, centers, labels, sums, counts, sse, change
         agent_changed = 0
         counts[a] = 0
         sums[a] = 0
-        for start in range(offsets[a], offsets[a + 1], tile):
-            n = min(tile, offsets[a + 1] - start)
-            tile_distances(points, start, n, center, rows_t, dist)
-            for i in range(n):
-                best = 0
-                for k in range(1, n_clusters):
-                    if dist[k, i] < dist[best, i]:   # strict: ties go to the lowest k
-                        best = k
-                row = start + i
-                if labels[row] != best:
-                    agent_changed += 1
-                    labels[row] = best
-                weight = row_weight(weights, row)
-                agent_sse += weight * np.float64(dist[best, i])
-                counts[a, best] += weight
-                for j in range(n_features):
-                    sums[a, best, j] += weight * np.float64(points[row, j])
+        lo, hi = offsets[a], offsets[a + 1]
+        one_block = hi - lo <= block
+        for block_start in range(lo, hi, block):
+            block_stop = min(block_start + block, hi)
+            # An agent of one block adds its rows straight into its sums (the same bits).
+            into, into_counts, at = (sums, counts, a) if one_block else (block_sums, block_counts, 0)
+            if not one_block:
+                block_sums[0] = 0
+                block_counts[0] = 0
+            for start in range(block_start, block_stop, tile):
+                n = min(tile, block_stop - start)
+                tile_distances(points, start, n, center, rows_t, dist)
+                for i in range(n):
+                    best = 0
+                    for k in range(1, n_clusters):
+                        if dist[k, i] < dist[best, i]:   # strict: ties go to the lowest k
+                            best = k
+                    row = start + i
+                    if labels[row] != best:
+                        agent_changed += 1
+                        labels[row] = best
+                    weight = row_weight(weights, row)
+                    agent_sse += weight * np.float64(dist[best, i])
+                    into_counts[at, best] += weight
+                    for j in range(n_features):
+                        into[at, best, j] += weight * np.float64(points[row, j])
+            if not one_block:
+                for k in range(n_clusters):
+                    counts[a, k] += block_counts[0, k]
+                    for j in range(n_features):
+                        sums[a, k, j] += block_sums[0, k, j]
         sse[a] = agent_sse
         changed[a] = agent_changed
 

@@ -28,7 +28,10 @@ the first smallest.  These ideas skip most of that work without changing a bit:
 * Settled clusters: a cluster no row of its agent left or joined keeps its sum
   and count, identical to recomputing them (the same rows in the same order);
   only the others are summed again (narrow rows by `_sum_affected`, without a
-  branch per row).
+  branch per row).  An agent of several blocks of sums (kernels.sum_block_rows)
+  keeps each block's, and sums again only the blocks whose rows changed label
+  before adding up its blocks: a few changed labels cost a few blocks' rows,
+  not the agent's.
 
 Error bounds, with u the unit roundoff and gamma_n = n u / (1 - n u): the
 per-feature form gives d (1 + t), |t| <= gamma_{p+2} of the data's precision;
@@ -44,7 +47,8 @@ import numpy as np
 from numba import njit, prange
 
 from .kernels import TILE as ROW_TILE
-from .kernels import UNWEIGHTED, in_parallel, row_weight, tile_distances, tile_rows, written_zeros
+from .kernels import (UNWEIGHTED, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
+                      written_zeros)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -191,6 +195,37 @@ def _sum_affected(points, weights, lo, hi, labels, sums, counts, a, affected, ro
             sums[a, k] = acc[0, k]
 
 
+@njit(inline='always', **_JIT)
+def _sum_again(points, weights, lo, hi, labels, sums, counts, a, affected, routed, route, acc, acc_counts):
+    """Sum the `affected` clusters of rows lo..hi again into sums[a] and counts[a], every
+    row in order: narrow rows routed (`_sum_affected`), wider ones read only where their
+    cluster is affected."""
+    if routed:
+        _sum_affected(points, weights, lo, hi, labels, sums, counts, a, affected, route, acc, acc_counts)
+        return
+    for k in range(sums.shape[1]):
+        if affected[k]:
+            counts[a, k] = 0
+            sums[a, k] = 0
+    for row in range(lo, hi):
+        if affected[labels[row]]:
+            _add_row(points, weights, row, labels[row], sums, counts, a)
+
+
+@njit(inline='always', **_JIT)
+def _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks, clusters):
+    """Agent a's sums and counts of the `clusters` marked: its blocks' (first_block on), added
+    in order (kernels.sum_block_rows)."""
+    for k in range(sums.shape[1]):
+        if clusters[k]:
+            counts[a, k] = 0
+            sums[a, k] = 0
+            for b in range(first_block, first_block + n_blocks):
+                counts[a, k] += block_counts[b, k]
+                for j in range(sums.shape[2]):
+                    sums[a, k, j] += block_sums[b, k, j]
+
+
 @njit(**_JIT)
 def _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a, rows_t, dist, exact_err,
                  f64_err, eta):
@@ -271,9 +306,10 @@ def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, s
 
 @njit(**_JIT)
 def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, gathered, dots, center_t, center_norm,
-                   exact_err, screen_err, f64_err, eta, affected):
+                   exact_err, screen_err, f64_err, eta, affected, touched, lo, block):
     """rows[:n_rows] of one agent, scattered, by GEMM as _screen_rows does (gathered into a
-    tile first); a row that changes label marks its old and new cluster in `affected`.
+    tile first); a row that changes label marks its old and new cluster in `affected`, and
+    its block of sums (rows from `lo`, `block` a block) in `touched`.
     Returns (changed labels, screened rows, assessed rows)."""
     n_clusters = center.shape[0]
     largest = _screening_centers(center, center_t, center_norm)
@@ -303,18 +339,19 @@ def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, ga
             if labels[row] != best:
                 changed += 1
                 affected[labels[row]] = affected[best] = True
+                touched[(row - lo) // block] = True
                 labels[row] = best
     return changed, screened, assessed
 
 
 @njit(**_JIT)
 def _assess_pending(points, sizes, center, labels, upper, lower, pending, pending_low, n_pending, exact_err,
-                    screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm):
+                    screen_err, f64_err, eta, affected, touched, lo, block, gathered, dots, center_t, center_norm):
     """The rows whose moved bounds overlap: tighten each upper bound to the exact distance to
     its own center; the rows that still overlap are assessed in full, by GEMM screening
     when there are SCREEN_PENDING of them or more (a big move of the centers unsettles many
     rows at once), else per feature.  A row that changes label marks its old and new
-    cluster in `affected`.  center : (K, p) the agent's centers in the data's precision.
+    cluster in `affected` and its block of sums in `touched` (as _screen_listed).  center : (K, p) the agent's centers in the data's precision.
     Returns (changed labels, skipped rows, screened rows, rows assessed per feature)."""
     n_open = 0                              # the rows still open, listed over `pending`
     for p in range(n_pending):
@@ -330,7 +367,7 @@ def _assess_pending(points, sizes, center, labels, upper, lower, pending, pendin
     if sizes.shape[0] and n_open >= SCREEN_PENDING:
         changed, screened, assessed = _screen_listed(points, sizes, pending, n_open, center, labels, upper, lower,
                                                      gathered, dots, center_t, center_norm, exact_err, screen_err,
-                                                     f64_err, eta, affected)
+                                                     f64_err, eta, affected, touched, lo, block)
         return changed, skipped, screened, assessed
     changed = 0
     for p in range(n_open):
@@ -340,6 +377,7 @@ def _assess_pending(points, sizes, center, labels, upper, lower, pending, pendin
         if labels[row] != best:
             changed += 1
             affected[labels[row]] = affected[best] = True
+            touched[(row - lo) // block] = True
             labels[row] = best
     return changed, skipped, 0, n_open
 
@@ -439,7 +477,8 @@ def _fold_row(top, gap, a, label, up, low):
 
 @njit(**_JIT)
 def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap, previous,
-          moved, ready, opened, counters, exact_err, screen_err, f64_err, eta, first, stop):
+          moved, ready, opened, block_agents, block_first, block_sums, block_counts, counters, exact_err, screen_err,
+          f64_err, eta, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
@@ -456,11 +495,23 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     acc, acc_counts = np.empty((1, n_clusters + 1, n_features)), np.empty((1, n_clusters + 1))
     gathered = np.empty((dots.shape[0], n_features), dtype=points.dtype)
     given = moved.shape[0] > 0
+    # The agents of several blocks of sums (kernels.sum_block_rows), in order, and their blocks'
+    # sums: a pass that changes labels sums again only the blocks `touched`.
+    block = sum_block_rows(n_clusters)
+    most_blocks = 1
+    for m in range(len(block_agents)):
+        most_blocks = max(most_blocks, block_first[m + 1] - block_first[m])
+    touched = np.zeros(most_blocks, dtype=np.bool_)
+    every_cluster = np.ones(n_clusters, dtype=np.bool_)
+    m = np.searchsorted(block_agents, first)
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
         _moves(centers, previous, moved, ready, chunk, chunk_stop, move, f64_err, eta)
         for a in range(chunk, chunk_stop):
             lo, hi = offsets[a], offsets[a + 1]
+            blocked = m < len(block_agents) and block_agents[m] == a
+            first_block, n_blocks = (block_first[m], block_first[m + 1] - block_first[m]) if blocked else (0, 1)
+            m += blocked
             skipped = screened = assessed = 0
             rebased = kept = False          # every row's bounds written as of now; no row read
             if ready[a] and _settled(top, gap, a, move, a - chunk, n_clusters, exact_err, f64_err, eta):
@@ -488,6 +539,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
                 agent_changed = 0
                 affected[:] = False
+                touched[:n_blocks] = False
                 n_pending = n_opened = 0
                 rebased = opened[a] * LAZY_OPEN >= hi - lo
                 if rebased:
@@ -518,7 +570,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         skipped -= n_pending
                         more_changed, more_skipped, more_screened, more_assessed = _assess_pending(
                             points, sizes, center, labels, upper, lower, pending, pending_low, n_pending,
-                            exact_err, screen_err, f64_err, eta, affected, gathered, dots, center_t, center_norm)
+                            exact_err, screen_err, f64_err, eta, affected, touched, lo, block, gathered, dots, center_t,
+                            center_norm)
                         agent_changed += more_changed
                         skipped += more_skipped
                         screened += more_screened
@@ -533,31 +586,43 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                 opened[a] = n_opened
                 skipped += hi - lo
                 # Unless a label changed, the sums of the same rows in the same order stand; so
-                # do those of the clusters no row left or joined.
-                if agent_changed and routed:
-                    _sum_affected(points, weights, lo, hi, labels, sums, counts, a, affected, route, acc, acc_counts)
+                # do those of the clusters no row left or joined, and of the blocks no row of
+                # which changed.
+                if agent_changed and blocked:
+                    for b in range(n_blocks):
+                        if touched[b]:
+                            _sum_again(points, weights, lo + b * block, min(lo + (b + 1) * block, hi), labels,
+                                       block_sums, block_counts, first_block + b, affected, routed, route, acc,
+                                       acc_counts)
+                    _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks, affected)
                 elif agent_changed:
-                    for k in range(n_clusters):
-                        if affected[k]:
-                            counts[a, k] = 0
-                            sums[a, k] = 0
-                    for row in range(lo, hi):
-                        if affected[labels[row]]:
-                            _add_row(points, weights, row, labels[row], sums, counts, a)
+                    _sum_again(points, weights, lo, hi, labels, sums, counts, a, affected, routed, route, acc,
+                               acc_counts)
             else:
                 for k in range(n_clusters):
                     for j in range(n_features):
                         center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
-                counts[a] = 0
-                sums[a] = 0
-                if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
-                    agent_changed, screened, assessed = _screen_rows(
-                        points, weights, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
-                        center_norm, exact_err, screen_err, f64_err, eta)
-                else:
-                    agent_changed = _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a,
-                                                 rows_t, dist, exact_err, f64_err, eta)
-                    assessed = hi - lo
+                agent_changed = 0
+                for b in range(n_blocks):
+                    start = lo + b * block
+                    block_stop = hi if not blocked else min(start + block, hi)
+                    # An agent of one block adds its rows straight into its sums (the same bits).
+                    into, into_counts, at = (block_sums, block_counts, first_block + b) if blocked else (sums, counts, a)
+                    into[at] = 0
+                    into_counts[at] = 0
+                    if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
+                        more_changed, more_screened, more_assessed = _screen_rows(
+                            points, weights, sizes, start, block_stop, center, labels, upper, lower, into, into_counts,
+                            at, dots, center_t, center_norm, exact_err, screen_err, f64_err, eta)
+                        screened += more_screened
+                        assessed += more_assessed
+                    else:
+                        more_changed = _assess_rows(points, weights, start, block_stop, center, labels, upper, lower,
+                                                    into, into_counts, at, rows_t, dist, exact_err, f64_err, eta)
+                        assessed += block_stop - start
+                    agent_changed += more_changed
+                if blocked:
+                    _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks, every_cluster)
                 ready[a] = True
                 rebased = True
                 opened[a] = hi - lo             # the next pass, early in a run, rebases: the centers still jump
@@ -578,12 +643,13 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
 
 @njit(parallel=True, **_JIT)
 def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
-                   previous, moved, ready, opened, counters, exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+                   previous, moved, ready, opened, block_agents, block_first, block_sums, block_counts, counters,
+                   exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
     each = np.zeros((n_ranges, counters.shape[0]), dtype=counters.dtype)
     for r in prange(n_ranges):
         _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
-              previous, moved, ready, opened, each[r], exact_err, screen_err, f64_err, eta, r * n_agents // n_ranges,
-              (r + 1) * n_agents // n_ranges)
+              previous, moved, ready, opened, block_agents, block_first, block_sums, block_counts, each[r], exact_err,
+              screen_err, f64_err, eta, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
     for r in range(n_ranges):
         counters += each[r]
 
@@ -649,6 +715,7 @@ class LocalPass:
     Pass the same `labels` and `out` arrays to every `run` (the bounds describe
     those labels, and a settled cluster's sums are kept in `out`).  Memory: 8 bytes
     a row and 8 K + 4 an agent of bounds, 8 more a row for the row norms when screening,
+    at most (p + 1) / 8 a row for the blocks' sums of agents of several blocks,
     and the centers of each agent's last bounds in the data's precision, or with
     `moves_given` K numbers an agent instead: `moved`, to which the caller adds how
     far each center moves between runs (kernels.center_update does, given
@@ -676,6 +743,13 @@ class LocalPass:
         self.moved = written_zeros((n_agents - kept, n_clusters))
         self.ready = np.zeros(n_agents, dtype=np.bool_)
         self.opened = np.zeros(n_agents, dtype=np.int32)
+        # The agents of more than one block of sums (kernels.sum_block_rows), their first
+        # block, and every such block's sums and counts.
+        block_counts = -(-np.diff(self.offsets) // sum_block_rows(n_clusters))
+        self.block_agents = np.flatnonzero(block_counts > 1)
+        self.block_first = np.concatenate([[0], np.cumsum(block_counts[self.block_agents])]).astype(np.int64)
+        self.block_sums = written_zeros((self.block_first[-1], n_clusters, n_features))
+        self.block_counts = written_zeros((self.block_first[-1], n_clusters))
         self.counters = np.zeros(4, dtype=np.int64)
         screening = n_features >= SCREEN_FEATURES and bool((np.diff(self.offsets) >= SCREEN_ROWS).any())
         self.sizes = _row_sizes(points) if screening else np.zeros(0)
@@ -699,7 +773,8 @@ class LocalPass:
         self.counters[:] = 0
         in_parallel(_pass, _pass_parallel, len(centers), self.points, self.weights, self.offsets, self.sizes,
                     centers, labels, sums, counts, changed, self.upper, self.lower, self.top, self.gap,
-                    self.previous, self.moved, self.ready, self.opened, self.counters, *self.errors)
+                    self.previous, self.moved, self.ready, self.opened, self.block_agents, self.block_first,
+                    self.block_sums, self.block_counts, self.counters, *self.errors)
         self.rows_skipped, self.rows_screened, self.rows_exact, self.agents_kept = (int(c) for c in self.counters)
         return sums, counts, int(changed.sum())
 

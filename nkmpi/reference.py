@@ -19,6 +19,7 @@ from .errors import InputError
 from .faults import FaultModel, link_up, takes_part
 from .graph import Network, spanning_tree
 from .init import AGENT_SEEDINGS, NETWORK_SEEDING, has_distinct, weighed_rows
+from .kernels import sum_block_rows
 from .monitor import Monitor
 from .options import Options
 from .seeding import (MIN_GROUP, message_rows, reduce_summary, seed_from_summary, summarize_rows,
@@ -161,6 +162,26 @@ def simulate(points: np.ndarray, offsets: np.ndarray, network: Network, options:
                             iteration, converged, centers)
 
 
+def cluster_sums(rows: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+                 n_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+    """An agent's (K, p) cluster sums and (K,) counts (weights), added as the kernels add
+    them: rows in order within blocks of `sum_block_rows(K)` rows, each block from zero,
+    then the blocks' sums in order."""
+    sums = np.zeros((n_clusters, rows.shape[1]))
+    counts = np.zeros(n_clusters)
+    block = sum_block_rows(n_clusters)
+    for start in range(0, len(rows), block):
+        part = slice(start, start + block)
+        block_sums = np.zeros_like(sums)
+        block_counts = np.zeros_like(counts)
+        terms = rows[part] if weights is None else weights[part, None] * rows[part]
+        np.add.at(block_sums, labels[part], terms)
+        np.add.at(block_counts, labels[part], 1.0 if weights is None else weights[part])
+        sums += block_sums
+        counts += block_counts
+    return sums, counts
+
+
 def _nkmeans_run(rows, centers, network, options, monitor, weights):
     """The NK-means iterations: a pass over each agent's rows, then `inner` center
     updates on that partition; rho follows options.rho_stages()."""
@@ -181,12 +202,7 @@ def _nkmeans_run(rows, centers, network, options, monitor, weights):
             changed += int((new_labels != labels[m]).sum())
             labels[m] = new_labels
             sse += weighted_cost(chosen, weights[m])
-            if weights[m] is None:
-                np.add.at(sums[m], new_labels, rows[m])
-                counts[m] = np.bincount(new_labels, minlength=k)
-            else:
-                np.add.at(sums[m], new_labels, weights[m][:, None] * rows[m])
-                counts[m] = np.bincount(new_labels, weights=weights[m], minlength=k)
+            sums[m], counts[m] = cluster_sums(rows[m], new_labels, weights[m], k)
         before = centers
         for step in range(options.inner):
             centers = center_update(centers, sums, counts, network, options.alpha, rho, faults,

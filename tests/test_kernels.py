@@ -50,6 +50,56 @@ def test_assign_and_accumulate_matches_reference(dtype, k, p):
     check_block(points, offsets, rng.standard_normal((len(sizes), k, p)))
 
 
+def blocked_sums(rows, labels, weights, k, block):
+    """An agent's cluster sums and counts by the definition, one number at a time: rows in
+    order within each block of `block` rows, from zero, then the blocks in order."""
+    sums, counts = np.zeros((k, rows.shape[1])), np.zeros(k)
+    for start in range(0, len(rows), block):
+        block_sums, block_counts = np.zeros_like(sums), np.zeros_like(counts)
+        for row in range(start, min(start + block, len(rows))):
+            weight = 1.0 if weights is None else weights[row]
+            block_counts[labels[row]] += weight
+            for j in range(rows.shape[1]):
+                block_sums[labels[row], j] += weight * float(rows[row, j])
+        sums += block_sums
+        counts += block_counts
+    return sums, counts
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("k", [2, 20])
+def test_cluster_sums_add_blocks_of_rows(dtype, weighted, k):
+    """An agent's cluster sums add its rows in blocks of sum_block_rows(K) (1,024 rows for K =
+    2, 1,280 for K = 20), each from zero, then the blocks in order: the kernel and the serial
+    reference both, for agents of one block, of a block and a row, and of several."""
+    from nkmpi.reference import cluster_sums
+    block = kernels.sum_block_rows(k)
+    assert block == max(1024, 64 * k)
+    rng = np.random.default_rng(k + weighted)
+    sizes = np.array([5, block, block + 1, 3 * block + 17, 0])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    points = (rng.standard_normal((offsets[-1], 3)) * 10.0 ** rng.integers(-8, 9, (offsets[-1], 1))).astype(dtype)
+    weights = rng.random(len(points)) * 3 if weighted else None
+    centers = rng.standard_normal((len(sizes), k, 3))
+    labels = np.full(len(points), -1, dtype=np.int32)
+    sums, counts, _, _ = kernels.assign_and_accumulate(points, offsets, centers, labels,
+                                                       weights=kernels.UNWEIGHTED if weights is None else weights)
+    straight_differs = False
+    for m in range(len(sizes)):
+        part = slice(offsets[m], offsets[m + 1])
+        agent_weights = None if weights is None else weights[part]
+        expected = blocked_sums(points[part], labels[part], agent_weights, k, block)
+        straight = blocked_sums(points[part], labels[part], agent_weights, k, max(sizes[m], 1))
+        for got in ((sums[m], counts[m]), cluster_sums(points[part], labels[part], agent_weights, k)):
+            assert got[0].tobytes() == expected[0].tobytes(), f"agent {m}: sums"
+            assert got[1].tobytes() == expected[1].tobytes(), f"agent {m}: counts"
+        if sizes[m] <= block:
+            assert straight[0].tobytes() == expected[0].tobytes()
+        straight_differs |= straight[0].tobytes() != expected[0].tobytes()
+    assert straight_differs, "the data should tell blocked sums from straight ones"
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("k", [1, 3, 8, 11, 20])
 @pytest.mark.parametrize("p", [1, 5, 17])
