@@ -226,25 +226,54 @@ def _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks
                     sums[a, k, j] += block_sums[b, k, j]
 
 
+@njit(inline='always', **_JIT)
+def _block_sums(sums, counts, a, block_sums, block_counts, first_block, b):
+    """Where block b of agent a's rows is summed, zeroed: sums[a] itself where the agent is one
+    block (first_block < 0), else its kept block first_block + b (then added to them: _fold_block)."""
+    into, into_counts, at = (sums, counts, a) if first_block < 0 else (block_sums, block_counts, first_block + b)
+    into[at] = 0
+    into_counts[at] = 0
+    return into, into_counts, at
+
+
+@njit(inline='always', **_JIT)
+def _fold_block(sums, counts, a, first_block, into, into_counts, at):
+    """Add a block just summed (_block_sums) to agent a's sums, which hold its blocks before it:
+    the order of _add_blocks, while the block is in the cache.  Nothing where the agent is one
+    block (first_block < 0), summed in place."""
+    if first_block < 0:
+        return
+    for k in range(sums.shape[1]):
+        counts[a, k] += into_counts[at, k]
+        for j in range(sums.shape[2]):
+            sums[a, k, j] += into[at, k, j]
+
+
 @njit(**_JIT)
-def _assess_rows(points, weights, lo, hi, center, labels, upper, lower, sums, counts, a, rows_t, dist, exact_err,
-                 f64_err, eta):
+def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums, counts, a, block_sums,
+                 block_counts, first_block, rows_t, dist, exact_err, f64_err, eta):
     """Every row of an agent per feature (no bounds yet, no screening), tile by tile as the
-    reference kernel computes them; its sums on the way.  Returns the changed labels."""
+    reference kernel computes them; its sums on the way, by blocks (_block_sums).  Returns
+    the changed labels."""
     n_clusters = center.shape[0]
     changed = 0
-    for start in range(lo, hi, rows_t.shape[1]):
-        n = min(rows_t.shape[1], hi - start)
-        tile_distances(points, start, n, center, rows_t, dist)
-        for i in range(n):
-            best, d_best, d_second = 0, np.inf, np.inf
-            for k in range(n_clusters):
-                best, d_best, d_second = _ranked(k, np.float64(dist[k, i]), best, d_best, d_second)
-            row = start + i
-            _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
-            changed += labels[row] != best
-            labels[row] = best
-            _add_row(points, weights, row, best, sums, counts, a)
+    for block_start in range(lo, hi, block):
+        block_stop = min(block_start + block, hi)
+        into, into_counts, at = _block_sums(sums, counts, a, block_sums, block_counts, first_block,
+                                            (block_start - lo) // block)
+        for start in range(block_start, block_stop, rows_t.shape[1]):
+            n = min(rows_t.shape[1], block_stop - start)
+            tile_distances(points, start, n, center, rows_t, dist)
+            for i in range(n):
+                best, d_best, d_second = 0, np.inf, np.inf
+                for k in range(n_clusters):
+                    best, d_best, d_second = _ranked(k, np.float64(dist[k, i]), best, d_best, d_second)
+                row = start + i
+                _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+                changed += labels[row] != best
+                labels[row] = best
+                _add_row(points, weights, row, best, into, into_counts, at)
+        _fold_block(sums, counts, a, first_block, into, into_counts, at)
     return changed
 
 
@@ -271,36 +300,41 @@ def _screening_error(size, largest, screen_err, f64_err, eta):
 
 
 @njit(**_JIT)
-def _screen_rows(points, weights, sizes, lo, hi, center, labels, upper, lower, sums, counts, a, dots, center_t,
-                 center_norm, exact_err, screen_err, f64_err, eta):
+def _screen_rows(points, weights, sizes, lo, hi, block, center, labels, upper, lower, sums, counts, a, block_sums,
+                 block_counts, first_block, dots, center_t, center_norm, exact_err, screen_err, f64_err, eta):
     """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
-    on the way.  Returns (changed labels, screened rows, assessed rows)."""
+    on the way, by blocks (_block_sums).  Returns (changed labels, screened rows, assessed rows)."""
     n_clusters = center.shape[0]
     largest = _screening_centers(center, center_t, center_norm)
     changed = screened = assessed = 0
-    for start in range(lo, hi, dots.shape[0]):
-        stop = min(start + dots.shape[0], hi)
-        tile = dots[:stop - start]
-        np.dot(points[start:stop], center_t, tile)
-        for i in range(stop - start):
-            row = start + i
-            size = sizes[row]
-            best, e_best, e_second = 0, np.inf, np.inf          # ||c||^2 - 2 x.c
-            for k in range(n_clusters):
-                best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best, e_best,
-                                                 e_second)
-            d_best, d_second = size * size + e_best, size * size + e_second
-            err = _screening_error(size, largest, screen_err, f64_err, eta)
-            if _separated(d_best + err, d_second - err, exact_err, eta):
-                screened += 1
-                _keep_bounds(upper, lower, row, max(d_best, 0.0), d_second, err, f64_err)
-            else:
-                assessed += 1
-                best, d_best, d_second = _assess(points, row, center)
-                _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
-            changed += labels[row] != best
-            labels[row] = best
-            _add_row(points, weights, row, best, sums, counts, a)
+    for block_start in range(lo, hi, block):
+        block_stop = min(block_start + block, hi)
+        into, into_counts, at = _block_sums(sums, counts, a, block_sums, block_counts, first_block,
+                                            (block_start - lo) // block)
+        for start in range(block_start, block_stop, dots.shape[0]):
+            stop = min(start + dots.shape[0], block_stop)
+            tile = dots[:stop - start]
+            np.dot(points[start:stop], center_t, tile)
+            for i in range(stop - start):
+                row = start + i
+                size = sizes[row]
+                best, e_best, e_second = 0, np.inf, np.inf          # ||c||^2 - 2 x.c
+                for k in range(n_clusters):
+                    best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best,
+                                                     e_best, e_second)
+                d_best, d_second = size * size + e_best, size * size + e_second
+                err = _screening_error(size, largest, screen_err, f64_err, eta)
+                if _separated(d_best + err, d_second - err, exact_err, eta):
+                    screened += 1
+                    _keep_bounds(upper, lower, row, max(d_best, 0.0), d_second, err, f64_err)
+                else:
+                    assessed += 1
+                    best, d_best, d_second = _assess(points, row, center)
+                    _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+                changed += labels[row] != best
+                labels[row] = best
+                _add_row(points, weights, row, best, into, into_counts, at)
+        _fold_block(sums, counts, a, first_block, into, into_counts, at)
     return changed, screened, assessed
 
 
@@ -351,7 +385,8 @@ def _assess_pending(points, sizes, center, labels, upper, lower, pending, pendin
     its own center; the rows that still overlap are assessed in full, by GEMM screening
     when there are SCREEN_PENDING of them or more (a big move of the centers unsettles many
     rows at once), else per feature.  A row that changes label marks its old and new
-    cluster in `affected` and its block of sums in `touched` (as _screen_listed).  center : (K, p) the agent's centers in the data's precision.
+    cluster in `affected` and its block of sums in `touched` (as _screen_listed).
+    center : (K, p) the agent's centers in the data's precision.
     Returns (changed labels, skipped rows, screened rows, rows assessed per feature)."""
     n_open = 0                              # the rows still open, listed over `pending`
     for p in range(n_pending):
@@ -502,7 +537,6 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     for m in range(len(block_agents)):
         most_blocks = max(most_blocks, block_first[m + 1] - block_first[m])
     touched = np.zeros(most_blocks, dtype=np.bool_)
-    every_cluster = np.ones(n_clusters, dtype=np.bool_)
     m = np.searchsorted(block_agents, first)
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
@@ -602,27 +636,20 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                 for k in range(n_clusters):
                     for j in range(n_features):
                         center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
-                agent_changed = 0
-                for b in range(n_blocks):
-                    start = lo + b * block
-                    block_stop = hi if not blocked else min(start + block, hi)
-                    # An agent of one block adds its rows straight into its sums (the same bits).
-                    into, into_counts, at = (block_sums, block_counts, first_block + b) if blocked else (sums, counts, a)
-                    into[at] = 0
-                    into_counts[at] = 0
-                    if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
-                        more_changed, more_screened, more_assessed = _screen_rows(
-                            points, weights, sizes, start, block_stop, center, labels, upper, lower, into, into_counts,
-                            at, dots, center_t, center_norm, exact_err, screen_err, f64_err, eta)
-                        screened += more_screened
-                        assessed += more_assessed
-                    else:
-                        more_changed = _assess_rows(points, weights, start, block_stop, center, labels, upper, lower,
-                                                    into, into_counts, at, rows_t, dist, exact_err, f64_err, eta)
-                        assessed += block_stop - start
-                    agent_changed += more_changed
-                if blocked:
-                    _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks, every_cluster)
+                # An agent of one block adds its rows straight into its sums (the same bits).
+                own_blocks = first_block if blocked else -1
+                counts[a] = 0                   # the blocks are added to them (an agent without rows has none)
+                sums[a] = 0
+                if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
+                    agent_changed, screened, assessed = _screen_rows(
+                        points, weights, sizes, lo, hi, block, center, labels, upper, lower, sums, counts, a,
+                        block_sums, block_counts, own_blocks, dots, center_t, center_norm, exact_err, screen_err,
+                        f64_err, eta)
+                else:
+                    agent_changed = _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums,
+                                                 counts, a, block_sums, block_counts, own_blocks, rows_t, dist,
+                                                 exact_err, f64_err, eta)
+                    assessed = hi - lo
                 ready[a] = True
                 rebased = True
                 opened[a] = hi - lo             # the next pass, early in a run, rebases: the centers still jump
@@ -745,9 +772,9 @@ class LocalPass:
         self.opened = np.zeros(n_agents, dtype=np.int32)
         # The agents of more than one block of sums (kernels.sum_block_rows), their first
         # block, and every such block's sums and counts.
-        block_counts = -(-np.diff(self.offsets) // sum_block_rows(n_clusters))
-        self.block_agents = np.flatnonzero(block_counts > 1)
-        self.block_first = np.concatenate([[0], np.cumsum(block_counts[self.block_agents])]).astype(np.int64)
+        n_blocks = -(-np.diff(self.offsets) // sum_block_rows(n_clusters))
+        self.block_agents = np.flatnonzero(n_blocks > 1)
+        self.block_first = np.concatenate([[0], np.cumsum(n_blocks[self.block_agents])]).astype(np.int64)
         self.block_sums = written_zeros((self.block_first[-1], n_clusters, n_features))
         self.block_counts = written_zeros((self.block_first[-1], n_clusters))
         self.counters = np.zeros(4, dtype=np.int64)

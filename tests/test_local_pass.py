@@ -358,6 +358,19 @@ def test_one_big_agent(dtype, threads):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [5, 20])
+def test_blocks_of_sums_that_tiles_do_not_divide(dtype, p, threads):
+    """K = 20: blocks of sums of 1,280 rows (kernels.sum_block_rows), against tiles of 1,024 rows
+    (screened, p = 20) or 256 (per feature, p = 5); agents of one block, of one block and a row,
+    and of several, through a settling run whose labels change in a few blocks at a time."""
+    rng = np.random.default_rng(20 + p)
+    block = kernels.sum_block_rows(20)
+    points, offsets = blobs(rng, [3 * block + 300, block + 1, block, 40], p, dtype, n_blobs=10, sep=2.0)
+    drive(points, offsets, 20, rng, kinds=standard_schedule(10))
+    drive(points, offsets, 20, rng, kinds=creeping_schedule(10))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_many_tiny_agents(dtype, threads):
     """Two thousand agents of 0 to 6 rows each."""
     rng = np.random.default_rng(8)
