@@ -4,8 +4,9 @@ This is the oracle the MPI program is tested against and a small-scale
 simulator for users (`nkmpi simulate`, or `simulate()` from Python).  It
 follows the equations (docs/design.md, "The algorithm") agent by agent with no blocking, no
 vectorization across agents and no MPI, using the same reduction orders the
-kernels promise (rows in dataset order, neighbours in ascending id), so the
-MPI run must match it to rounding, and in practice bit for bit.
+kernels promise (rows in dataset order, in blocks of `kernels.sum_block_rows(K)`
+rows of an agent: `cluster_sums`; neighbours in ascending id), so the MPI run
+must match it to rounding, and in practice bit for bit.
 """
 
 from __future__ import annotations
