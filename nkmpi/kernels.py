@@ -135,6 +135,29 @@ def sum_block_rows(n_clusters):
     return max(SUM_BLOCK_ROWS, SUM_BLOCK_ROWS_PER_CLUSTER * n_clusters)
 
 
+@njit(inline='always', **_JIT)
+def zeroed_block(sums, counts, a, block_sums, block_counts, first_block, b):
+    """Where block b of agent a's rows is summed, zeroed: sums[a] itself where the agent is one
+    block (first_block < 0), else its kept block first_block + b (then added to them: fold_block)."""
+    into, into_counts, at = (sums, counts, a) if first_block < 0 else (block_sums, block_counts, first_block + b)
+    into[at] = 0
+    into_counts[at] = 0
+    return into, into_counts, at
+
+
+@njit(inline='always', **_JIT)
+def fold_block(sums, counts, a, first_block, into, into_counts, at):
+    """Add a block just summed (zeroed_block) to agent a's sums, which hold its blocks before it:
+    the blocks in order, while the block is in the cache.  Nothing where the agent is one
+    block (first_block < 0), summed in place."""
+    if first_block < 0:
+        return
+    for k in range(sums.shape[1]):
+        counts[a, k] += into_counts[at, k]
+        for j in range(sums.shape[2]):
+            sums[a, k, j] += into[at, k, j]
+
+
 @njit(**_JIT)
 def _assign(points, weights, offsets, centers, labels, sums, counts, sse, changed, first, stop):
     n_clusters, n_features = centers.shape[1], centers.shape[2]
@@ -153,14 +176,10 @@ def _assign(points, weights, offsets, centers, labels, sums, counts, sse, change
         counts[a] = 0
         sums[a] = 0
         lo, hi = offsets[a], offsets[a + 1]
-        one_block = hi - lo <= block
+        own_blocks = -1 if hi - lo <= block else 0     # an agent of one block adds its rows straight up
         for block_start in range(lo, hi, block):
             block_stop = min(block_start + block, hi)
-            # An agent of one block adds its rows straight into its sums (the same bits).
-            into, into_counts, at = (sums, counts, a) if one_block else (block_sums, block_counts, 0)
-            if not one_block:
-                block_sums[0] = 0
-                block_counts[0] = 0
+            into, into_counts, at = zeroed_block(sums, counts, a, block_sums, block_counts, own_blocks, 0)
             for start in range(block_start, block_stop, tile):
                 n = min(tile, block_stop - start)
                 tile_distances(points, start, n, center, rows_t, dist)
@@ -178,11 +197,7 @@ def _assign(points, weights, offsets, centers, labels, sums, counts, sse, change
                     into_counts[at, best] += weight
                     for j in range(n_features):
                         into[at, best, j] += weight * np.float64(points[row, j])
-            if not one_block:
-                for k in range(n_clusters):
-                    counts[a, k] += block_counts[0, k]
-                    for j in range(n_features):
-                        sums[a, k, j] += block_sums[0, k, j]
+            fold_block(sums, counts, a, own_blocks, into, into_counts, at)
         sse[a] = agent_sse
         changed[a] = agent_changed
 

@@ -47,8 +47,8 @@ import numpy as np
 from numba import njit, prange
 
 from .kernels import TILE as ROW_TILE
-from .kernels import (UNWEIGHTED, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
-                      written_zeros)
+from .kernels import (UNWEIGHTED, fold_block, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
+                      written_zeros, zeroed_block)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -226,40 +226,17 @@ def _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks
                     sums[a, k, j] += block_sums[b, k, j]
 
 
-@njit(inline='always', **_JIT)
-def _block_sums(sums, counts, a, block_sums, block_counts, first_block, b):
-    """Where block b of agent a's rows is summed, zeroed: sums[a] itself where the agent is one
-    block (first_block < 0), else its kept block first_block + b (then added to them: _fold_block)."""
-    into, into_counts, at = (sums, counts, a) if first_block < 0 else (block_sums, block_counts, first_block + b)
-    into[at] = 0
-    into_counts[at] = 0
-    return into, into_counts, at
-
-
-@njit(inline='always', **_JIT)
-def _fold_block(sums, counts, a, first_block, into, into_counts, at):
-    """Add a block just summed (_block_sums) to agent a's sums, which hold its blocks before it:
-    the order of _add_blocks, while the block is in the cache.  Nothing where the agent is one
-    block (first_block < 0), summed in place."""
-    if first_block < 0:
-        return
-    for k in range(sums.shape[1]):
-        counts[a, k] += into_counts[at, k]
-        for j in range(sums.shape[2]):
-            sums[a, k, j] += into[at, k, j]
-
-
 @njit(**_JIT)
 def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums, counts, a, block_sums,
                  block_counts, first_block, rows_t, dist, exact_err, f64_err, eta):
     """Every row of an agent per feature (no bounds yet, no screening), tile by tile as the
-    reference kernel computes them; its sums on the way, by blocks (_block_sums).  Returns
+    reference kernel computes them; its sums on the way, by blocks (kernels.zeroed_block).  Returns
     the changed labels."""
     n_clusters = center.shape[0]
     changed = 0
     for block_start in range(lo, hi, block):
         block_stop = min(block_start + block, hi)
-        into, into_counts, at = _block_sums(sums, counts, a, block_sums, block_counts, first_block,
+        into, into_counts, at = zeroed_block(sums, counts, a, block_sums, block_counts, first_block,
                                             (block_start - lo) // block)
         for start in range(block_start, block_stop, rows_t.shape[1]):
             n = min(rows_t.shape[1], block_stop - start)
@@ -273,7 +250,7 @@ def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, s
                 changed += labels[row] != best
                 labels[row] = best
                 _add_row(points, weights, row, best, into, into_counts, at)
-        _fold_block(sums, counts, a, first_block, into, into_counts, at)
+        fold_block(sums, counts, a, first_block, into, into_counts, at)
     return changed
 
 
@@ -303,13 +280,13 @@ def _screening_error(size, largest, screen_err, f64_err, eta):
 def _screen_rows(points, weights, sizes, lo, hi, block, center, labels, upper, lower, sums, counts, a, block_sums,
                  block_counts, first_block, dots, center_t, center_norm, exact_err, screen_err, f64_err, eta):
     """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
-    on the way, by blocks (_block_sums).  Returns (changed labels, screened rows, assessed rows)."""
+    on the way, by blocks (kernels.zeroed_block).  Returns (changed labels, screened rows, assessed rows)."""
     n_clusters = center.shape[0]
     largest = _screening_centers(center, center_t, center_norm)
     changed = screened = assessed = 0
     for block_start in range(lo, hi, block):
         block_stop = min(block_start + block, hi)
-        into, into_counts, at = _block_sums(sums, counts, a, block_sums, block_counts, first_block,
+        into, into_counts, at = zeroed_block(sums, counts, a, block_sums, block_counts, first_block,
                                             (block_start - lo) // block)
         for start in range(block_start, block_stop, dots.shape[0]):
             stop = min(start + dots.shape[0], block_stop)
@@ -334,7 +311,7 @@ def _screen_rows(points, weights, sizes, lo, hi, block, center, labels, upper, l
                 changed += labels[row] != best
                 labels[row] = best
                 _add_row(points, weights, row, best, into, into_counts, at)
-        _fold_block(sums, counts, a, first_block, into, into_counts, at)
+        fold_block(sums, counts, a, first_block, into, into_counts, at)
     return changed, screened, assessed
 
 
