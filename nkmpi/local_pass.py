@@ -49,6 +49,7 @@ from numba import njit, prange
 from .kernels import TILE as ROW_TILE
 from .kernels import (UNWEIGHTED, fold_block, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
                       written_zeros, zeroed_block)
+from .row_sums import LANES, rank_row
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -281,7 +282,6 @@ def _screen_rows(points, weights, sizes, lo, hi, block, center, labels, upper, l
                  block_counts, first_block, dots, center_t, center_norm, exact_err, screen_err, f64_err, eta):
     """Every row of an agent by GEMM tiles, certified or else assessed per feature; its sums
     on the way, by blocks (kernels.zeroed_block).  Returns (changed labels, screened rows, assessed rows)."""
-    n_clusters = center.shape[0]
     largest = _screening_centers(center, center_t, center_norm)
     changed = screened = assessed = 0
     for block_start in range(lo, hi, block):
@@ -295,10 +295,7 @@ def _screen_rows(points, weights, sizes, lo, hi, block, center, labels, upper, l
             for i in range(stop - start):
                 row = start + i
                 size = sizes[row]
-                best, e_best, e_second = 0, np.inf, np.inf          # ||c||^2 - 2 x.c
-                for k in range(n_clusters):
-                    best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best,
-                                                     e_best, e_second)
+                best, e_best, e_second = rank_row(tile, i, center_norm)      # ||c||^2 - 2 x.c
                 d_best, d_second = size * size + e_best, size * size + e_second
                 err = _screening_error(size, largest, screen_err, f64_err, eta)
                 if _separated(d_best + err, d_second - err, exact_err, eta):
@@ -323,7 +320,6 @@ def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, ga
     its block of sums (rows from `lo`, `block` a block) in `touched`.
     Returns (changed labels, screened rows, assessed rows).  (Each row is _screen_rows's, written
     out again: an inlined helper for both made the cold pass 40% slower.)"""
-    n_clusters = center.shape[0]
     largest = _screening_centers(center, center_t, center_norm)
     changed = screened = assessed = 0
     for start in range(0, n_rows, dots.shape[0]):
@@ -335,10 +331,7 @@ def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, ga
         for i in range(n):
             row = rows[start + i]
             size = sizes[row]
-            best, e_best, e_second = 0, np.inf, np.inf
-            for k in range(n_clusters):
-                best, e_best, e_second = _ranked(k, center_norm[k] - 2.0 * np.float64(tile[i, k]), best, e_best,
-                                                 e_second)
+            best, e_best, e_second = rank_row(tile, i, center_norm)
             d_best, d_second = size * size + e_best, size * size + e_second
             err = _screening_error(size, largest, screen_err, f64_err, eta)
             if _separated(d_best + err, d_second - err, exact_err, eta):
@@ -495,8 +488,11 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
-    dots = np.empty((tile_rows(n_clusters, TILE), n_clusters), dtype=points.dtype)
-    center_norm = np.empty(n_clusters)
+    # A tile's products and the centers' norms, each with a vector of room past its end: rank_row
+    # reads whole vectors.
+    tile_size = tile_rows(n_clusters, TILE) * n_clusters
+    dots = np.empty(tile_size + LANES, dtype=points.dtype)[:tile_size].reshape((tile_size // n_clusters, n_clusters))
+    center_norm = np.empty(n_clusters + LANES)
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
     rows_t = np.zeros((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
     dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)

@@ -2,7 +2,7 @@
 operations; no MPI).
 
 numba leaves LLVM's SLP vectorizer off, and its loop vectorizer works in steps of 32
-numbers, so three hot loops ran scalar or went through memory:
+numbers, so four hot loops ran scalar or went through memory:
 
 * the center update adds each agent's neighbours' K x p centers (for a sensor network
   about 28 rows of 64 numbers an agent, the bulk of an iteration) and, at a monitoring
@@ -14,12 +14,15 @@ numbers, so three hot loops ran scalar or went through memory:
   feature: an agent of 16 rows is shorter than the loop vectorizer's step.
   `tile_center_distances` works in whole vectors of rows, several centers at once;
 * the new centers, a stream larger than the caches: `store_row` writes them without
-  first reading them into the cache.
+  first reading them into the cache;
+* the screening's search of a row's best and second-best center: a chain of K
+  comparisons a row.  `rank_row` ranks eight centers a vector, then merges the lanes.
 
 Each number gets the same operations, in the same order, as in the scalar loops: the
 lanes of a vector operation are independent IEEE operations, and with no fastmath flag
 LLVM neither reassociates them nor fuses a multiply into an add.  So the results are
-bit for bit those of the serial reference.
+bit for bit those of the serial reference.  (`rank_row` only compares numbers: which is
+smallest, and at which index, does not depend on the order they are compared in.)
 """
 
 from __future__ import annotations
@@ -268,5 +271,95 @@ def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
 
             _in_passes(builder, n_clusters, "centers", distances)
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def rank_row(typingctx, tile, row, center_norm):
+    """(best, smallest, second smallest) of e_k = center_norm[k] - 2 tile[row, k] over the
+    centers k < K (tile's columns, its type float32 or float64, e in float64): the same as
+    ranking them one by one in order (local_pass._ranked: ties keep the lower index; the
+    second smallest counts a tie with the smallest), for finite e.  Eight centers a vector,
+    each lane ranking its own, then the lanes merged: a row's K candidates take a few vector
+    operations instead of a chain of K.  Reads whole vectors: tile's buffer and center_norm
+    must hold LANES numbers past the row's K (their lanes are masked out)."""
+    if not (isinstance(tile, types.Array) and tile.ndim == 2 and tile.layout == "C"
+            and tile.dtype in (types.float32, types.float64) and isinstance(row, types.Integer)
+            and _is_float64_array(center_norm, 1)):
+        return None
+    sig = types.Tuple((types.int64, types.float64, types.float64))(tile, row, center_norm)
+    single = tile.dtype == types.float32
+
+    def codegen(context, builder, sig, args):
+        tile_arg, row_arg, norm_arg = args
+        i64, f64 = ir.IntType(64), ir.DoubleType()
+        itemsize = 4 if single else 8
+        scalar = ir.FloatType() if single else f64
+        vector, numbers, indices = ir.VectorType(f64, LANES), ir.VectorType(scalar, LANES), ir.VectorType(i64, LANES)
+        tile_array = context.make_array(sig.args[0])(context, builder, tile_arg)
+        norm_array = context.make_array(sig.args[2])(context, builder, norm_arg)
+        n_clusters = builder.extract_value(tile_array.shape, 1)
+        row_start = builder.add(builder.ptrtoint(tile_array.data, i64),
+                                builder.mul(_as_i64(builder, row_arg, sig.args[1]),
+                                            builder.extract_value(tile_array.strides, 0)))
+        norm_start = builder.ptrtoint(norm_array.data, i64)
+        lanes = ir.Constant(indices, list(range(LANES)))
+        infinite = ir.Constant(vector, [float("inf")] * LANES)
+        two = ir.Constant(vector, [2.0] * LANES)
+
+        def splat(value, kind):
+            return builder.shuffle_vector(builder.insert_element(ir.Constant(kind, ir.Undefined), value,
+                                                                 ir.Constant(ir.IntType(32), 0)),
+                                          ir.Constant(kind, ir.Undefined),
+                                          ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+        def smaller(a, b):              # numba's min(a, b): b where b < a, else a
+            return builder.select(builder.fcmp_ordered("<", b, a), b, a)
+
+        def larger(a, b):               # numba's max(a, b): b where b > a, else a
+            return builder.select(builder.fcmp_ordered(">", b, a), b, a)
+
+        best_slot, index_slot, second_slot = (cgutils.alloca_once(builder, kind) for kind in (vector, indices, vector))
+        builder.store(infinite, best_slot)
+        builder.store(ir.Constant(indices, [0] * LANES), index_slot)
+        builder.store(infinite, second_slot)
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_clusters, ir.Constant(i64, LANES),
+                                     inc=True) as (first, _):
+            values = builder.load(builder.inttoptr(builder.add(row_start, builder.mul(first, ir.Constant(i64, itemsize))),
+                                                   numbers.as_pointer()), align=itemsize)
+            if single:
+                values = builder.fpext(values, vector)
+            norms = builder.load(builder.inttoptr(builder.add(norm_start, builder.mul(first, ir.Constant(i64, 8))),
+                                                  vector.as_pointer()), align=8)
+            ks = builder.add(splat(first, indices), lanes)
+            e = builder.select(builder.icmp_signed("<", ks, splat(n_clusters, indices)),
+                               builder.fsub(norms, builder.fmul(two, values)), infinite)
+            best, second = builder.load(best_slot), builder.load(second_slot)
+            # _ranked, lane by lane: each lane sees its centers in ascending order.
+            builder.store(smaller(second, larger(e, best)), second_slot)
+            builder.store(builder.select(builder.fcmp_ordered("<", e, best), ks, builder.load(index_slot)),
+                          index_slot)
+            builder.store(smaller(e, best), best_slot)
+        best, index, second = builder.load(best_slot), builder.load(index_slot), builder.load(second_slot)
+
+        def across(value, kind, pick):      # pick over the lanes, as a tree of shuffles
+            width = LANES // 2
+            while width:
+                mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [(j + width) % LANES for j in range(LANES)])
+                value = pick(value, builder.shuffle_vector(value, ir.Constant(kind, ir.Undefined), mask))
+                width //= 2
+            return builder.extract_element(value, ir.Constant(ir.IntType(32), 0))
+
+        smallest = across(best, vector, smaller)
+        # The lowest center index among the lanes holding the smallest; then the second smallest:
+        # the winning lane's second, or any other lane's smallest.
+        holding = builder.fcmp_ordered("==", best, splat(smallest, vector))
+        beyond = ir.Constant(indices, [2**62] * LANES)
+        winner = across(builder.select(holding, index, beyond), indices,
+                        lambda a, b: builder.select(builder.icmp_signed("<", b, a), b, a))
+        won = builder.icmp_signed("==", index, splat(winner, indices))
+        second_smallest = across(builder.select(builder.and_(holding, won), second, best), vector, smaller)
+        return context.make_tuple(builder, sig.return_type, [winner, smallest, second_smallest])
 
     return sig, codegen

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from nkmpi import kernels
 from nkmpi.formats.dataset import coordinate_limit
 from nkmpi.local_pass import LAZY_OPEN, LocalPass
+from nkmpi.row_sums import LANES, rank_row
 
 DTYPES = [np.float64, np.float32]
 
@@ -688,6 +689,37 @@ def test_moves_measured_by_the_updates(dtype, steps, p, threads):
     kinds = [("lloyd", 0.0)] * 6 + [("lloyd", float(e)) for e in np.geomspace(1e-5, 1e-7, 8)]
     skipped = [h[1] for h in drive_given_moves(points, offsets, 5, rng, kinds, steps).history]
     assert all(s > 0.5 * len(points) for s in skipped[-6:]), f"rows skipped per pass {skipped} of {len(points)}"
+
+
+@numba.njit
+def _rank_rows(tile, center_norm, best, smallest, second):
+    for i in range(tile.shape[0]):
+        best[i], smallest[i], second[i] = rank_row(tile, i, center_norm)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [1, 2, 7, 8, 9, 16, 17, 33])
+def test_rank_row_ranks_as_one_by_one(dtype, k):
+    """The screening's ranking of a row's K candidates, eight lanes at a time and then
+    merged, against the definition written in Python: e_k = norm_k - 2 tile_k in float64,
+    the lowest index of the smallest, the smallest, and the second smallest counting a tie
+    with the smallest (inf for K = 1).  Small integers make ties common; the buffers hold
+    one vector past the tile and the norms, which the ranking reads and must ignore."""
+    rng = np.random.default_rng(k)
+    n = 400
+    tile_buffer = np.full(n * k + LANES, -1e30, dtype=dtype)      # past the end: would win if read
+    tile = tile_buffer[:n * k].reshape(n, k)
+    tile[:n // 2] = rng.integers(-2, 3, size=(n // 2, k))
+    tile[n // 2:] = rng.standard_normal((n - n // 2, k))
+    center_norm = np.full(k + LANES, -1e30)
+    center_norm[:k] = rng.integers(0, 3, size=k)
+    best, smallest, second = np.empty(n, dtype=np.int64), np.empty(n), np.empty(n)
+    _rank_rows(tile, center_norm, best, smallest, second)
+    for i in range(n):
+        e = [center_norm[c] - 2.0 * float(tile[i, c]) for c in range(k)]
+        ranked = sorted(e)
+        expected = (e.index(ranked[0]), ranked[0], ranked[1] if k > 1 else np.inf)
+        assert (best[i], smallest[i], second[i]) == expected, f"row {i}: {e}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
