@@ -49,7 +49,7 @@ from numba import njit, prange
 from .kernels import TILE as ROW_TILE
 from .kernels import (UNWEIGHTED, fold_block, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
                       written_zeros, zeroed_block)
-from .row_sums import LANES, rank_row
+from .row_sums import LANES, rank_columns, rank_row
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -229,11 +229,11 @@ def _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks
 
 @njit(**_JIT)
 def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums, counts, a, block_sums,
-                 block_counts, first_block, rows_t, dist, exact_err, f64_err, eta):
+                 block_counts, first_block, rows_t, dist, ranked_best, ranked, exact_err, f64_err, eta):
     """Every row of an agent per feature (no bounds yet, no screening), tile by tile as the
-    reference kernel computes them; its sums on the way, by blocks (kernels.zeroed_block).  Returns
+    reference kernel computes them, then ranked LANES rows at a time (row_sums.rank_columns,
+    into ranked_best and ranked); its sums on the way, by blocks (kernels.zeroed_block).  Returns
     the changed labels."""
-    n_clusters = center.shape[0]
     changed = 0
     for block_start in range(lo, hi, block):
         block_stop = min(block_start + block, hi)
@@ -242,10 +242,10 @@ def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, s
         for start in range(block_start, block_stop, rows_t.shape[1]):
             n = min(rows_t.shape[1], block_stop - start)
             tile_distances(points, start, n, center, rows_t, dist)
+            for i in range(0, n, LANES):
+                rank_columns(dist, i, ranked_best, ranked)
             for i in range(n):
-                best, d_best, d_second = 0, np.inf, np.inf
-                for k in range(n_clusters):
-                    best, d_best, d_second = _ranked(k, np.float64(dist[k, i]), best, d_best, d_second)
+                best, d_best, d_second = ranked_best[i], ranked[0, i], ranked[1, i]
                 row = start + i
                 _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
                 changed += labels[row] != best
@@ -495,7 +495,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     center_norm = np.empty(n_clusters + LANES)
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
     rows_t = np.zeros((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
-    dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)
+    dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)   # whole vectors of rows (tile_rows)
+    ranked_best, ranked = np.empty(rows_t.shape[1], dtype=np.int64), np.empty((2, rows_t.shape[1]))
     pending, pending_low = np.empty(PENDING_ROWS, dtype=np.int64), np.empty(PENDING_ROWS)
     listed = np.empty(PENDING_ROWS, dtype=np.int64)
     affected = np.empty(n_clusters, dtype=np.bool_)
@@ -622,7 +623,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                 else:
                     agent_changed = _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums,
                                                  counts, a, block_sums, block_counts, own_blocks, rows_t, dist,
-                                                 exact_err, f64_err, eta)
+                                                 ranked_best, ranked, exact_err, f64_err, eta)
                     assessed = hi - lo
                 ready[a] = True
                 rebased = True

@@ -2,7 +2,7 @@
 operations; no MPI).
 
 numba leaves LLVM's SLP vectorizer off, and its loop vectorizer works in steps of 32
-numbers, so four hot loops ran scalar or went through memory:
+numbers, so five hot loops ran scalar or went through memory:
 
 * the center update adds each agent's neighbours' K x p centers (for a sensor network
   about 28 rows of 64 numbers an agent, the bulk of an iteration) and, at a monitoring
@@ -15,13 +15,14 @@ numbers, so four hot loops ran scalar or went through memory:
   `tile_center_distances` works in whole vectors of rows, several centers at once;
 * the new centers, a stream larger than the caches: `store_row` writes them without
   first reading them into the cache;
-* the screening's search of a row's best and second-best center: a chain of K
-  comparisons a row.  `rank_row` ranks eight centers a vector, then merges the lanes.
+* the search of a row's best and second-best center: a chain of K comparisons a row.
+  The screening's `rank_row` ranks eight centers a vector, then merges the lanes; the
+  exact pass's `rank_columns` ranks eight rows a vector, each lane a row.
 
 Each number gets the same operations, in the same order, as in the scalar loops: the
 lanes of a vector operation are independent IEEE operations, and with no fastmath flag
 LLVM neither reassociates them nor fuses a multiply into an add.  So the results are
-bit for bit those of the serial reference.  (`rank_row` only compares numbers: which is
+bit for bit those of the serial reference.  (The rankings only compare numbers: which is
 smallest, and at which index, does not depend on the order they are compared in.)
 """
 
@@ -275,6 +276,57 @@ def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
     return sig, codegen
 
 
+def _splat(builder, value, kind):
+    """`value` in every lane of a vector of type `kind`."""
+    lanes = kind.count
+    return builder.shuffle_vector(builder.insert_element(ir.Constant(kind, ir.Undefined), value,
+                                                         ir.Constant(ir.IntType(32), 0)),
+                                  ir.Constant(kind, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def _smaller(builder, a, b):
+    """numba's min(a, b), lane by lane: b where b < a, else a."""
+    return builder.select(builder.fcmp_ordered("<", b, a), b, a)
+
+
+def _larger(builder, a, b):
+    """numba's max(a, b), lane by lane: b where b > a, else a."""
+    return builder.select(builder.fcmp_ordered(">", b, a), b, a)
+
+
+def _ranking_slots(builder):
+    """Slots of a lane-wise ranking, nothing seen yet: (smallest inf, its index 0, second inf)."""
+    vector, indices = ir.VectorType(ir.DoubleType(), LANES), ir.VectorType(ir.IntType(64), LANES)
+    slots = tuple(cgutils.alloca_once(builder, kind) for kind in (vector, indices, vector))
+    infinite = ir.Constant(vector, [float("inf")] * LANES)
+    for slot, start in zip(slots, (infinite, ir.Constant(indices, [0] * LANES), infinite)):
+        builder.store(start, slot)
+    return slots
+
+
+def _rank_lanes(builder, slots, e, ks):
+    """local_pass._ranked, lane by lane: each lane sees candidate ks at e after those before."""
+    best_slot, index_slot, second_slot = slots
+    best, second = builder.load(best_slot), builder.load(second_slot)
+    builder.store(_smaller(builder, second, _larger(builder, e, best)), second_slot)
+    builder.store(builder.select(builder.fcmp_ordered("<", e, best), ks, builder.load(index_slot)), index_slot)
+    builder.store(_smaller(builder, e, best), best_slot)
+
+
+def _load_vector(builder, address, single):
+    """LANES numbers of the data's precision from `address` (an integer), as float64."""
+    f64 = ir.DoubleType()
+    numbers = ir.VectorType(ir.FloatType() if single else f64, LANES)
+    values = builder.load(builder.inttoptr(address, numbers.as_pointer()), align=4 if single else 8)
+    return builder.fpext(values, ir.VectorType(f64, LANES)) if single else values
+
+
+def _is_tile(ty):
+    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.layout == "C" and ty.dtype in (types.float32,
+                                                                                            types.float64)
+
+
 @intrinsic
 def rank_row(typingctx, tile, row, center_norm):
     """(best, smallest, second smallest) of e_k = center_norm[k] - 2 tile[row, k] over the
@@ -284,9 +336,7 @@ def rank_row(typingctx, tile, row, center_norm):
     each lane ranking its own, then the lanes merged: a row's K candidates take a few vector
     operations instead of a chain of K.  Reads whole vectors: tile's buffer and center_norm
     must hold LANES numbers past the row's K (their lanes are masked out)."""
-    if not (isinstance(tile, types.Array) and tile.ndim == 2 and tile.layout == "C"
-            and tile.dtype in (types.float32, types.float64) and isinstance(row, types.Integer)
-            and _is_float64_array(center_norm, 1)):
+    if not (_is_tile(tile) and isinstance(row, types.Integer) and _is_float64_array(center_norm, 1)):
         return None
     sig = types.Tuple((types.int64, types.float64, types.float64))(tile, row, center_norm)
     single = tile.dtype == types.float32
@@ -294,9 +344,7 @@ def rank_row(typingctx, tile, row, center_norm):
     def codegen(context, builder, sig, args):
         tile_arg, row_arg, norm_arg = args
         i64, f64 = ir.IntType(64), ir.DoubleType()
-        itemsize = 4 if single else 8
-        scalar = ir.FloatType() if single else f64
-        vector, numbers, indices = ir.VectorType(f64, LANES), ir.VectorType(scalar, LANES), ir.VectorType(i64, LANES)
+        vector, indices = ir.VectorType(f64, LANES), ir.VectorType(i64, LANES)
         tile_array = context.make_array(sig.args[0])(context, builder, tile_arg)
         norm_array = context.make_array(sig.args[2])(context, builder, norm_arg)
         n_clusters = builder.extract_value(tile_array.shape, 1)
@@ -307,41 +355,18 @@ def rank_row(typingctx, tile, row, center_norm):
         lanes = ir.Constant(indices, list(range(LANES)))
         infinite = ir.Constant(vector, [float("inf")] * LANES)
         two = ir.Constant(vector, [2.0] * LANES)
-
-        def splat(value, kind):
-            return builder.shuffle_vector(builder.insert_element(ir.Constant(kind, ir.Undefined), value,
-                                                                 ir.Constant(ir.IntType(32), 0)),
-                                          ir.Constant(kind, ir.Undefined),
-                                          ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-
-        def smaller(a, b):              # numba's min(a, b): b where b < a, else a
-            return builder.select(builder.fcmp_ordered("<", b, a), b, a)
-
-        def larger(a, b):               # numba's max(a, b): b where b > a, else a
-            return builder.select(builder.fcmp_ordered(">", b, a), b, a)
-
-        best_slot, index_slot, second_slot = (cgutils.alloca_once(builder, kind) for kind in (vector, indices, vector))
-        builder.store(infinite, best_slot)
-        builder.store(ir.Constant(indices, [0] * LANES), index_slot)
-        builder.store(infinite, second_slot)
+        slots = _ranking_slots(builder)
         with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_clusters, ir.Constant(i64, LANES),
                                      inc=True) as (first, _):
-            values = builder.load(builder.inttoptr(builder.add(row_start, builder.mul(first, ir.Constant(i64, itemsize))),
-                                                   numbers.as_pointer()), align=itemsize)
-            if single:
-                values = builder.fpext(values, vector)
+            values = _load_vector(builder, builder.add(row_start, builder.mul(first, ir.Constant(i64, 4 if single
+                                                                                                else 8))), single)
             norms = builder.load(builder.inttoptr(builder.add(norm_start, builder.mul(first, ir.Constant(i64, 8))),
                                                   vector.as_pointer()), align=8)
-            ks = builder.add(splat(first, indices), lanes)
-            e = builder.select(builder.icmp_signed("<", ks, splat(n_clusters, indices)),
+            ks = builder.add(_splat(builder, first, indices), lanes)
+            e = builder.select(builder.icmp_signed("<", ks, _splat(builder, n_clusters, indices)),
                                builder.fsub(norms, builder.fmul(two, values)), infinite)
-            best, second = builder.load(best_slot), builder.load(second_slot)
-            # _ranked, lane by lane: each lane sees its centers in ascending order.
-            builder.store(smaller(second, larger(e, best)), second_slot)
-            builder.store(builder.select(builder.fcmp_ordered("<", e, best), ks, builder.load(index_slot)),
-                          index_slot)
-            builder.store(smaller(e, best), best_slot)
-        best, index, second = builder.load(best_slot), builder.load(index_slot), builder.load(second_slot)
+            _rank_lanes(builder, slots, e, ks)      # each lane sees its centers in ascending order
+        best, index, second = (builder.load(slot) for slot in slots)
 
         def across(value, kind, pick):      # pick over the lanes, as a tree of shuffles
             width = LANES // 2
@@ -351,15 +376,57 @@ def rank_row(typingctx, tile, row, center_norm):
                 width //= 2
             return builder.extract_element(value, ir.Constant(ir.IntType(32), 0))
 
-        smallest = across(best, vector, smaller)
+        smallest = across(best, vector, lambda a, b: _smaller(builder, a, b))
         # The lowest center index among the lanes holding the smallest; then the second smallest:
         # the winning lane's second, or any other lane's smallest.
-        holding = builder.fcmp_ordered("==", best, splat(smallest, vector))
+        holding = builder.fcmp_ordered("==", best, _splat(builder, smallest, vector))
         beyond = ir.Constant(indices, [2**62] * LANES)
         winner = across(builder.select(holding, index, beyond), indices,
                         lambda a, b: builder.select(builder.icmp_signed("<", b, a), b, a))
-        won = builder.icmp_signed("==", index, splat(winner, indices))
-        second_smallest = across(builder.select(builder.and_(holding, won), second, best), vector, smaller)
+        won = builder.icmp_signed("==", index, _splat(builder, winner, indices))
+        second_smallest = across(builder.select(builder.and_(holding, won), second, best), vector,
+                                 lambda a, b: _smaller(builder, a, b))
         return context.make_tuple(builder, sig.return_type, [winner, smallest, second_smallest])
+
+    return sig, codegen
+
+
+@intrinsic
+def rank_columns(typingctx, dist, first, ranked_best, ranked):
+    """Rank the LANES columns c = first, first + 1, ... of dist (K x rows, float32 or
+    float64), each over its K rows, as local_pass._ranked one by one in order: column c's
+    best row into ranked_best[c] (int64), its smallest and second smallest, in float64, into
+    ranked[0, c] and ranked[1, c].  The columns are the lanes of one vector, so a tile's
+    rows are ranked eight at a time with the same comparisons, in the same order, as each
+    alone.  Reads and writes whole vectors: dist, ranked_best and ranked must have at least
+    first + LANES columns (those past the tile's rows are ranked too, and ignored)."""
+    if not (_is_tile(dist) and isinstance(first, types.Integer) and isinstance(ranked_best, types.Array)
+            and ranked_best.dtype == types.int64 and ranked_best.ndim == 1 and ranked_best.layout == "C"
+            and _is_float64_array(ranked, 2)):
+        return None
+    sig = types.void(dist, first, ranked_best, ranked)
+    single = dist.dtype == types.float32
+
+    def codegen(context, builder, sig, args):
+        dist_arg, first_arg, best_arg, ranked_arg = args
+        i64 = ir.IntType(64)
+        dist_array = context.make_array(sig.args[0])(context, builder, dist_arg)
+        best_array = context.make_array(sig.args[2])(context, builder, best_arg)
+        ranked_array = context.make_array(sig.args[3])(context, builder, ranked_arg)
+        start = builder.add(builder.ptrtoint(dist_array.data, i64),
+                            builder.mul(_as_i64(builder, first_arg, sig.args[1]), ir.Constant(i64, 4 if single else 8)))
+        stride = builder.extract_value(dist_array.strides, 0)
+        slots = _ranking_slots(builder)
+        with cgutils.for_range(builder, builder.extract_value(dist_array.shape, 0)) as loop:
+            e = _load_vector(builder, builder.add(start, builder.mul(loop.index, stride)), single)
+            _rank_lanes(builder, slots, e, _splat(builder, loop.index, ir.VectorType(i64, LANES)))
+        best, index, second = (builder.load(slot) for slot in slots)
+        column = builder.mul(_as_i64(builder, first_arg, sig.args[1]), ir.Constant(i64, 8))
+        ranked_start = builder.add(builder.ptrtoint(ranked_array.data, i64), column)
+        for value, address in ((index, builder.add(builder.ptrtoint(best_array.data, i64), column)),
+                               (best, ranked_start),
+                               (second, builder.add(ranked_start, builder.extract_value(ranked_array.strides, 0)))):
+            builder.store(value, builder.inttoptr(address, value.type.as_pointer()), align=8)
+        return context.get_dummy_value()
 
     return sig, codegen

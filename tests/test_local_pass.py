@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nkmpi import kernels
 from nkmpi.formats.dataset import coordinate_limit
 from nkmpi.local_pass import LAZY_OPEN, LocalPass
-from nkmpi.row_sums import LANES, rank_row
+from nkmpi.row_sums import LANES, rank_columns, rank_row
 
 DTYPES = [np.float64, np.float32]
 
@@ -720,6 +720,38 @@ def test_rank_row_ranks_as_one_by_one(dtype, k):
         ranked = sorted(e)
         expected = (e.index(ranked[0]), ranked[0], ranked[1] if k > 1 else np.inf)
         assert (best[i], smallest[i], second[i]) == expected, f"row {i}: {e}"
+
+
+@numba.njit
+def _rank_all_columns(dist, best, smallest, second):
+    ranked_best, ranked = np.empty(dist.shape[1], dtype=np.int64), np.empty((2, dist.shape[1]))
+    for first in range(0, best.shape[0], LANES):
+        rank_columns(dist, first, ranked_best, ranked)
+    for i in range(best.shape[0]):
+        best[i], smallest[i], second[i] = ranked_best[i], ranked[0, i], ranked[1, i]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [1, 2, 7, 8, 9, 16])
+@pytest.mark.parametrize("n", [16, 21])
+def test_rank_columns_ranks_as_one_by_one(dtype, k, n):
+    """The exact pass's ranking of each row's K distances (a tile's columns), eight rows a
+    vector, against the definition written in Python: the lowest index of the smallest, the
+    smallest, and the second smallest counting a tie with the smallest (inf for K = 1).
+    Small integers make ties common; n = 21 leaves a vector part past the rows, whose
+    columns hold numbers that would win if they were taken for a row's."""
+    rng = np.random.default_rng(10 * k + n)
+    columns = (n + LANES - 1) // LANES * LANES
+    dist = np.full((k, columns), -1.0, dtype=dtype)
+    dist[:, :n // 2] = rng.integers(0, 3, size=(k, n // 2))
+    dist[:, n // 2:n] = rng.exponential(size=(k, n - n // 2))
+    best, smallest, second = np.empty(n, dtype=np.int64), np.empty(n), np.empty(n)
+    _rank_all_columns(dist, best, smallest, second)
+    for i in range(n):
+        d = [float(dist[c, i]) for c in range(k)]
+        ranked = sorted(d)
+        expected = (d.index(ranked[0]), ranked[0], ranked[1] if k > 1 else np.inf)
+        assert (best[i], smallest[i], second[i]) == expected, f"row {i}: {d}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
