@@ -35,7 +35,8 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import LANES, add_row_vectors, add_squared_gaps, store_row, stream_fence, tile_center_distances
+from .row_sums import (LANES, add_moves, add_row_vectors, add_squared_gaps, store_row, stream_fence,
+                       tile_center_distances)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -346,11 +347,10 @@ NO_EDGE_SUMS = np.zeros(0)
 
 @njit(inline='always', **_JIT)
 def _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta):
-    """moved[a, k] += how far each center k moved from x to o (flat K x p rows), rounded up:
-    the true distance between the two rounded to the data's precision (float32 when
-    `single`), plus the float64 error of its sum of squares (in any order), of its square
-    root and of the addition.  Four partial sums a center, so that no long chain of
-    additions holds up the update."""
+    """moved[a, k] += how far each center k moved from x to o (flat K x p rows), rounded up,
+    as row_sums.add_moves measures it, for centers narrower than a vector (p < LANES), which
+    that would pad: four partial sums a center, so that no long chain of additions holds up
+    the update."""
     for k in range(n_clusters):
         base = k * n_features
         s0 = s1 = s2 = s3 = 0.0
@@ -385,7 +385,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
             agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, streamed, first, stop):
     """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
     n / rho already (the same numbers: each is one division either way).  With rows in
-    `moved`, each center's move is added to it (_add_moves); with rows in `edge_sums`, each
+    `moved`, each center's move is added to it (row_sums.add_moves); with rows in `edge_sums`, each
     agent's `_up_edge_sum` of ext is written to it while its neighbours' rows are at hand.
     streamed: the new centers are written past the caches (row_sums.store_row), else
     straight into `out`, where the next update may find them in the cache."""
@@ -455,7 +455,10 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
                     mu = (s[w] / rho + total[w]) / weight
                     o[w] = x[w] - alpha * (x[w] - mu)
         if tracking:
-            _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta)
+            if n_features >= LANES:         # whole vectors a center: eight centers at a time
+                add_moves(moved, a, x, o, n_features, single, f64_err, eta)
+            else:
+                _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta)
         if streamed:
             store_row(flat_out, a, o)
     if streamed:

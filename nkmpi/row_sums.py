@@ -2,7 +2,7 @@
 operations; no MPI).
 
 numba leaves LLVM's SLP vectorizer off, and its loop vectorizer works in steps of 32
-numbers, so five hot loops ran scalar or went through memory:
+numbers, so six hot loops ran scalar or went through memory:
 
 * the center update adds each agent's neighbours' K x p centers (for a sensor network
   about 28 rows of 64 numbers an agent, the bulk of an iteration) and, at a monitoring
@@ -17,13 +17,17 @@ numbers, so five hot loops ran scalar or went through memory:
   first reading them into the cache;
 * the search of a row's best and second-best center: a chain of K comparisons a row.
   The screening's `rank_row` ranks eight centers a vector, then merges the lanes; the
-  exact pass's `rank_columns` ranks eight rows a vector, each lane a row.
+  exact pass's `rank_columns` ranks eight rows a vector, each lane a row;
+* how far each center moved in an update (for the local pass's bounds): a center's p
+  squared differences summed one by one.  `add_moves` sums them in lanes, then eight
+  centers' lanes at once.
 
 Each number gets the same operations, in the same order, as in the scalar loops: the
 lanes of a vector operation are independent IEEE operations, and with no fastmath flag
 LLVM neither reassociates them nor fuses a multiply into an add.  So the results are
 bit for bit those of the serial reference.  (The rankings only compare numbers: which is
-smallest, and at which index, does not depend on the order they are compared in.)
+smallest, and at which index, does not depend on the order they are compared in.  The
+moves are bounds, not results: their rounding is bounded for any order of the sums.)
 """
 
 from __future__ import annotations
@@ -427,6 +431,135 @@ def rank_columns(typingctx, dist, first, ranked_best, ranked):
                                (best, ranked_start),
                                (second, builder.add(ranked_start, builder.extract_value(ranked_array.strides, 0)))):
             builder.store(value, builder.inttoptr(address, value.type.as_pointer()), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _sum_lanes_of_each(builder, vectors):
+    """[sum of vectors[0]'s lanes, ..., sum of vectors[LANES - 1]'s lanes] as one vector: a
+    tree of shuffles and additions, each level adding the two halves of blocks of `width`
+    lanes of two vectors (pairs of lanes, then of pairs, then of fours)."""
+    width = 1
+    while len(vectors) > 1:
+        # a's and b's blocks alternate; each block's first half, then its second
+        low = [(j // width) % 2 * LANES + (j // (2 * width)) * 2 * width + j % width for j in range(LANES)]
+        masks = [ir.Constant(ir.VectorType(ir.IntType(32), LANES), [i + half for i in low]) for half in (0, width)]
+        vectors = [builder.fadd(*(builder.shuffle_vector(a, b, mask) for mask in masks))
+                   for a, b in zip(vectors[::2], vectors[1::2])]
+        width *= 2
+    return vectors[0]
+
+
+@intrinsic
+def add_moves(typingctx, moved, agent, x, o, n_features, single, f64_err, eta):
+    """moved[agent, k] += how far center k moved from x to o (flat K x p rows), rounded up:
+    the true distance between the two rounded to the data's precision (float32 when
+    `single`), plus the float64 error `f64_err` of its sum of squares (in any order), of its
+    square root and of the addition, plus `eta` for underflow.  Eight centers a vector: each
+    center's squared differences summed in lanes, then the eight centers' lanes summed
+    together by a tree of shuffles, and their square roots taken at once."""
+    if not (_is_float64_array(moved, 2) and isinstance(agent, types.Integer) and _is_float64_array(x, 1)
+            and _is_float64_array(o, 1) and isinstance(n_features, types.Integer)
+            and isinstance(single, types.Boolean) and isinstance(f64_err, types.Float)
+            and isinstance(eta, types.Float)):
+        return None
+    sig = types.void(moved, agent, x, o, n_features, single, f64_err, eta)
+
+    def codegen(context, builder, sig, args):
+        moved_arg, agent_arg, x_arg, o_arg, p_arg, single_arg, err_arg, eta_arg = args
+        i64, i32, f64 = ir.IntType(64), ir.IntType(32), ir.DoubleType()
+        vector, indices = ir.VectorType(f64, LANES), ir.VectorType(i64, LANES)
+        zero = ir.Constant(vector, [0.0] * LANES)
+        moved_array = context.make_array(sig.args[0])(context, builder, moved_arg)
+        n_clusters = builder.extract_value(moved_array.shape, 1)
+        n_features = _as_i64(builder, p_arg, sig.args[4])
+        row_bytes = builder.mul(n_features, ir.Constant(i64, 8))
+        x_start = builder.ptrtoint(context.make_array(sig.args[2])(context, builder, x_arg).data, i64)
+        o_start = builder.ptrtoint(context.make_array(sig.args[3])(context, builder, o_arg).data, i64)
+        moved_start = builder.add(builder.ptrtoint(moved_array.data, i64),
+                                  builder.mul(_as_i64(builder, agent_arg, sig.args[1]),
+                                              builder.extract_value(moved_array.strides, 0)))
+        n_full = builder.udiv(n_features, ir.Constant(i64, LANES))
+        full_bytes = builder.mul(n_full, ir.Constant(i64, 8 * LANES))
+        n_tail = builder.sub(n_features, builder.mul(n_full, ir.Constant(i64, LANES)))
+        last = builder.sub(n_clusters, ir.Constant(i64, 1))
+        total_slot = cgutils.alloca_once(builder, vector)
+        x_slot, o_slot = cgutils.alloca_once(builder, vector), cgutils.alloca_once(builder, vector)
+        sqrt = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                              f"llvm.sqrt.v{LANES}f64")
+        one_plus = _splat(builder, builder.fadd(ir.Constant(f64, 1.0), err_arg), vector)
+        eta_vector = _splat(builder, eta_arg, vector)
+
+        def vector_at(address):
+            return builder.load(builder.inttoptr(address, vector.as_pointer()), align=8)
+
+        def groups(narrow):             # narrow: the centers rounded to float32 first
+            def add_squares(x_values, o_values):
+                if narrow:
+                    single_vector = ir.VectorType(ir.FloatType(), LANES)
+                    x_values, o_values = (builder.fpext(builder.fptrunc(v, single_vector), vector)
+                                          for v in (x_values, o_values))
+                gap = builder.fsub(o_values, x_values)
+                builder.store(builder.fadd(builder.load(total_slot), builder.fmul(gap, gap)), total_slot)
+
+            with cgutils.for_range_slice(builder, ir.Constant(i64, 0), n_clusters, ir.Constant(i64, LANES),
+                                         inc=True) as (group, _):
+                squares = []
+                for c in range(LANES):
+                    k = builder.add(group, ir.Constant(i64, c))
+                    inside = builder.icmp_signed("<", k, n_clusters)
+                    base = builder.mul(builder.select(inside, k, last), row_bytes)   # past K: the last again
+                    builder.store(zero, total_slot)
+                    with cgutils.for_range(builder, n_full) as loop:
+                        offset = builder.add(base, builder.mul(loop.index, ir.Constant(i64, 8 * LANES)))
+                        add_squares(vector_at(builder.add(x_start, offset)), vector_at(builder.add(o_start, offset)))
+                    with builder.if_then(builder.icmp_unsigned("!=", n_tail, ir.Constant(i64, 0))):
+                        builder.store(zero, x_slot)
+                        builder.store(zero, o_slot)
+                        with cgutils.for_range(builder, n_tail) as loop:
+                            offset = builder.add(builder.add(base, full_bytes),
+                                                 builder.mul(loop.index, ir.Constant(i64, 8)))
+                            for slot, start in ((x_slot, x_start), (o_slot, o_start)):
+                                number = builder.load(builder.inttoptr(builder.add(start, offset), f64.as_pointer()))
+                                builder.store(builder.insert_element(builder.load(slot), number, loop.index), slot)
+                        add_squares(builder.load(x_slot), builder.load(o_slot))
+                    squares.append(builder.select(inside, builder.load(total_slot), zero))
+                gaps = _sum_lanes_of_each(builder, squares)
+
+                def moved_after(before):
+                    return builder.fmul(builder.fadd(builder.fadd(before, builder.fmul(builder.call(sqrt, [gaps]),
+                                                                                       one_plus)), eta_vector),
+                                        one_plus)
+
+                first = builder.add(moved_start, builder.mul(group, ir.Constant(i64, 8)))
+                whole = builder.icmp_signed("<=", builder.add(group, ir.Constant(i64, LANES)), n_clusters)
+                with builder.if_else(whole, likely=True) as (eight, fewer):
+                    with eight:
+                        address = builder.inttoptr(first, vector.as_pointer())
+                        builder.store(moved_after(builder.load(address, align=8)), address, align=8)
+                    with fewer:             # the last centers, one by one
+                        ks = builder.add(_splat(builder, group, indices), ir.Constant(indices, list(range(LANES))))
+                        inside = builder.icmp_signed("<", ks, _splat(builder, n_clusters, indices))
+                        slots = builder.add(_splat(builder, moved_start, indices),
+                                            builder.mul(builder.select(inside, ks, _splat(builder, last, indices)),
+                                                        ir.Constant(indices, [8] * LANES)))
+                        lanes = [ir.Constant(i32, c) for c in range(LANES)]
+                        addresses = [builder.inttoptr(builder.extract_element(slots, lane), f64.as_pointer())
+                                     for lane in lanes]
+                        before = zero
+                        for lane, address in zip(lanes, addresses):     # past K: the last again, not stored
+                            before = builder.insert_element(before, builder.load(address), lane)
+                        after = moved_after(before)
+                        for lane, address in zip(lanes, addresses):
+                            with builder.if_then(builder.extract_element(inside, lane)):
+                                builder.store(builder.extract_element(after, lane), address)
+
+        with builder.if_else(single_arg) as (narrow, wide):
+            with narrow:
+                groups(True)
+            with wide:
+                groups(False)
         return context.get_dummy_value()
 
     return sig, codegen

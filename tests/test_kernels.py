@@ -308,6 +308,38 @@ def test_disagreement_and_move():
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
 
 
+@pytest.mark.parametrize("single", [False, True])
+@pytest.mark.parametrize("n_clusters", [1, 3, 8, 9, 17])
+@pytest.mark.parametrize("n_features", [1, 3, 7, 8, 9, 16, 17])
+def test_center_update_bounds_each_centers_move(single, n_clusters, n_features):
+    """The moves a center update adds for the local pass's bounds (row_sums.add_moves from a
+    vector's width on, else four partial sums a center) against the exact distance, in
+    fractions, between each center before and after, both rounded to float32 for float32
+    data: never below it, and above it only by the rounding allowed for (a few parts in
+    1e16 of the sum, as LocalPass's move_terms say).  Moves of 1, 1e-3 and 1e-8 a coordinate, other
+    agents' moves untouched."""
+    from fractions import Fraction
+    rng = np.random.default_rng(100 * n_clusters + n_features + single)
+    n_agents = 4
+    centers = rng.normal(size=(n_agents, n_clusters, n_features)) * 10
+    sums = rng.normal(size=centers.shape) * rng.choice([1e-8, 1e-3, 1.0], size=centers.shape) + centers
+    counts = np.ones((n_agents, n_clusters))
+    nbr_ptr, nbr_idx = np.zeros(n_agents + 1, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    f64_err, eta = (n_features + 4) * 2.0 ** -53 * 1.01, 1e-300
+    moved = rng.uniform(0.0, 1.0, size=(n_agents, n_clusters))
+    before = moved.copy()
+    out = kernels.center_update(centers, centers, nbr_ptr, nbr_idx, sums, counts, 1.0, 1.0, moved=moved,
+                                move_terms=(single, f64_err, eta))
+    cast = (lambda v: v.astype(np.float32).astype(np.float64)) if single else (lambda v: v)
+    for a in range(n_agents):
+        for k in range(n_clusters):
+            true = sum((Fraction(float(u)) - Fraction(float(v))) ** 2
+                       for u, v in zip(cast(out[a, k]), cast(centers[a, k])))
+            added = Fraction(moved[a, k]) - Fraction(before[a, k])
+            assert added >= 0 and added ** 2 >= true, (a, k)
+            assert moved[a, k] <= (before[a, k] + math.sqrt(true)) * (1 + 1e-14) + 1e-280, (a, k)
+
+
 def random_block_graph(rng, n_local, n_ext, degree):
     """A block of n_local agents whose ids are scattered among ext's: (agent ids, ext ids,
     nbr_ptr, nbr_idx), each agent's neighbours other rows of ext in ascending id."""
