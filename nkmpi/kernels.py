@@ -385,8 +385,9 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
             agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, streamed, first, stop):
     """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
     n / rho already (the same numbers: each is one division either way).  With rows in
-    `moved`, each center's move is added to it (row_sums.add_moves); with rows in `edge_sums`, each
-    agent's `_up_edge_sum` of ext is written to it while its neighbours' rows are at hand.
+    `moved`, each center's move is added to it (row_sums.add_moves, or _add_moves for centers
+    narrower than a vector); with rows in `edge_sums`, each agent's `_up_edge_sum` of ext is
+    written to it while its neighbours' rows are at hand.
     streamed: the new centers are written past the caches (row_sums.store_row), else
     straight into `out`, where the next update may find them in the cache."""
     width = centers.shape[1] * centers.shape[2]
