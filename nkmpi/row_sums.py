@@ -208,6 +208,20 @@ def stream_fence(typingctx):
     return sig, codegen
 
 
+def _splat(builder, value, kind):
+    """`value` in every lane of a vector of type `kind`."""
+    lanes = kind.count
+    return builder.shuffle_vector(builder.insert_element(ir.Constant(kind, ir.Undefined), value,
+                                                         ir.Constant(ir.IntType(32), 0)),
+                                  ir.Constant(kind, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def _is_tile(ty):
+    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.layout == "C" and ty.dtype in (types.float32,
+                                                                                            types.float64)
+
+
 @intrinsic
 def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
     """dist[k, i] = sum over j in order of (rows_t[j, i] - center[k, j])**2, starting from 0,
@@ -218,8 +232,7 @@ def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
     hide a chain's latency.  dist : (K, tile), rows_t : (p, tile) and center : (K, p), C
     order, of the data's type; rows_t and dist hold whole vectors up to n_vectors (the
     caller's tile is a multiple of the lanes)."""
-    if not (all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in (dist, rows_t, center))
-            and rows_t.dtype in (types.float32, types.float64) and dist.dtype == center.dtype == rows_t.dtype
+    if not (all(_is_tile(a) for a in (dist, rows_t, center)) and dist.dtype == center.dtype == rows_t.dtype
             and isinstance(n_vectors, types.Integer)):
         return None
     sig = types.void(dist, rows_t, center, n_vectors)
@@ -246,8 +259,6 @@ def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
         dist_start = builder.ptrtoint(dist_array.data, i64)
         center_start = builder.ptrtoint(center_array.data, i64)
         zeros = ir.Constant(vector, [0.0] * lanes)
-        undefined = ir.Constant(vector, ir.Undefined)
-        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
         with cgutils.for_range(builder, n_vectors) as row_loop:
             row_offset = builder.mul(row_loop.index, ir.Constant(i64, 64))
@@ -264,9 +275,7 @@ def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
                         k = builder.add(first_center, ir.Constant(i64, g))
                         place = builder.add(builder.add(center_start, builder.mul(k, center_bytes)),
                                             builder.mul(j, ir.Constant(i64, itemsize)))
-                        c = builder.load(builder.inttoptr(place, scalar.as_pointer()))
-                        c = builder.shuffle_vector(builder.insert_element(undefined, c, ir.Constant(i64, 0)),
-                                                   undefined, splat_mask)
+                        c = _splat(builder, builder.load(builder.inttoptr(place, scalar.as_pointer())), vector)
                         gap = builder.fsub(x, c)
                         builder.store(builder.fadd(builder.load(slot), builder.fmul(gap, gap)), slot)
                 for g, slot in enumerate(sums):
@@ -278,15 +287,6 @@ def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-def _splat(builder, value, kind):
-    """`value` in every lane of a vector of type `kind`."""
-    lanes = kind.count
-    return builder.shuffle_vector(builder.insert_element(ir.Constant(kind, ir.Undefined), value,
-                                                         ir.Constant(ir.IntType(32), 0)),
-                                  ir.Constant(kind, ir.Undefined),
-                                  ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
 
 
 def _smaller(builder, a, b):
@@ -324,11 +324,6 @@ def _load_vector(builder, address, single):
     numbers = ir.VectorType(ir.FloatType() if single else f64, LANES)
     values = builder.load(builder.inttoptr(address, numbers.as_pointer()), align=4 if single else 8)
     return builder.fpext(values, ir.VectorType(f64, LANES)) if single else values
-
-
-def _is_tile(ty):
-    return isinstance(ty, types.Array) and ty.ndim == 2 and ty.layout == "C" and ty.dtype in (types.float32,
-                                                                                            types.float64)
 
 
 @intrinsic

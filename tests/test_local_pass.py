@@ -691,6 +691,13 @@ def test_moves_measured_by_the_updates(dtype, steps, p, threads):
     assert all(s > 0.5 * len(points) for s in skipped[-6:]), f"rows skipped per pass {skipped} of {len(points)}"
 
 
+def ranked_one_by_one(values):
+    """The ranking's definition: (the lowest index of the smallest, the smallest, the second
+    smallest counting a tie with the smallest; inf for one value)."""
+    ranked = sorted(values)
+    return values.index(ranked[0]), ranked[0], ranked[1] if len(values) > 1 else np.inf
+
+
 @numba.njit
 def _rank_rows(tile, center_norm, best, smallest, second):
     for i in range(tile.shape[0]):
@@ -717,9 +724,7 @@ def test_rank_row_ranks_as_one_by_one(dtype, k):
     _rank_rows(tile, center_norm, best, smallest, second)
     for i in range(n):
         e = [center_norm[c] - 2.0 * float(tile[i, c]) for c in range(k)]
-        ranked = sorted(e)
-        expected = (e.index(ranked[0]), ranked[0], ranked[1] if k > 1 else np.inf)
-        assert (best[i], smallest[i], second[i]) == expected, f"row {i}: {e}"
+        assert (best[i], smallest[i], second[i]) == ranked_one_by_one(e), f"row {i}: {e}"
 
 
 @numba.njit
@@ -749,9 +754,7 @@ def test_rank_columns_ranks_as_one_by_one(dtype, k, n):
     _rank_all_columns(dist, best, smallest, second)
     for i in range(n):
         d = [float(dist[c, i]) for c in range(k)]
-        ranked = sorted(d)
-        expected = (d.index(ranked[0]), ranked[0], ranked[1] if k > 1 else np.inf)
-        assert (best[i], smallest[i], second[i]) == expected, f"row {i}: {d}"
+        assert (best[i], smallest[i], second[i]) == ranked_one_by_one(d), f"row {i}: {d}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
