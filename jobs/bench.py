@@ -411,6 +411,7 @@ def warm_up_passes(points, offsets, centers):
     from nkmpi import kernels
     from nkmpi.local_pass import LocalPass
     kernels.warm_up(points.dtype)
+    kernels.nearest_labels(points[:0], offsets[:1], centers[:0])      # the exact kernel: not the loop's
     local = LocalPass(points, offsets, centers.shape[1])
     labels, work = np.full(len(points), -1, dtype=np.int32), kernels.accumulators(*centers.shape)
     spread = float(points.std())

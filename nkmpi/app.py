@@ -394,7 +394,8 @@ class _Run:
         is part of loading, not of the set-up.  (The graph's few kernels load with the graph.)"""
         from . import driver
         started = time.perf_counter()
-        driver.warm_up(dtype, init)
+        release_compiler_code()         # what importing numba touched: loading touches much of it again
+        driver.warm_up(dtype, init, self.comm.Get_size())
         release_compiler_code()         # the loop runs no LLVM: a rank need not keep its code resident
         self.comm.Barrier()
         self.kernel_seconds += time.perf_counter() - started

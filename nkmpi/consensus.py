@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import kernels
+from .local_pass import LocalPass
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -66,17 +67,19 @@ def agents_cost(model: np.ndarray, points: np.ndarray, offsets: np.ndarray,
                 weights: np.ndarray = kernels.UNWEIGHTED) -> np.ndarray:
     """Exact partials of the cost of `model` (K, p) over these agents' rows: each row's
     weight times its squared distance to the nearest center, in the kernels' precision,
-    each agent's rows added in order."""
+    each agent's rows added in order.  The loop's pass (LocalPass, whose labels and sse are
+    the exact kernel's bit for bit) computes it, so that a run loads no kernel for it."""
     n_agents = len(offsets) - 1
     sse = np.zeros(n_agents)
     centers = np.broadcast_to(model, (min(n_agents, AGENTS_AT_ONCE),) + model.shape).copy()
     for first in range(0, n_agents, AGENTS_AT_ONCE):
         stop = min(first + AGENTS_AT_ONCE, n_agents)
         start, end = int(offsets[first]), int(offsets[stop])
-        labels = np.full(end - start, -1, dtype=np.int32)
-        _, _, sse[first:stop], _ = kernels.assign_and_accumulate(
-            points[start:end], offsets[first:stop + 1] - start, centers[:stop - first], labels,
-            weights=weights[start:end] if len(weights) else weights)
+        block = LocalPass(points[start:end], offsets[first:stop + 1] - start, model.shape[0],
+                          weights[start:end] if len(weights) else weights, moves_given=True)
+        labels, out = np.full(end - start, -1, dtype=np.int32), kernels.accumulators(stop - first, *model.shape)
+        block.run(centers[:stop - first], labels, out)
+        block.sse(centers[:stop - first], labels, sse[first:stop])
     return kernels.exact_partials(sse)
 
 

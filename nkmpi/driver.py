@@ -109,16 +109,16 @@ def agent_seeds(comm: MPI.Comm, points: np.ndarray, weights: np.ndarray, offsets
     return seeds, source
 
 
-def warm_up(dtype: np.dtype | type, init) -> None:
-    """Load every kernel of a run on data of `dtype` with initialization `init` (options.init):
-    the loop's (kernels.warm_up), the fingerprints' and set-up's, each called on an empty block
-    with the types of its real call.
+def warm_up(dtype: np.dtype | type, init, n_ranks: int) -> None:
+    """Load every kernel of a run on `n_ranks` ranks on data of `dtype` with initialization
+    `init` (options.init): the loop's (kernels.warm_up), the fingerprints' and set-up's, each
+    called on an empty block with the types of its real call.
 
     Loading a kernel runs LLVM, whose code (50 MB of it for set-up's kernels) then stays
     resident.  Loaded here, before a rank reads its rows, it is let go with the rest
     (memory.release_compiler_code); loaded by set-up, it would be resident with the rows and
     count in the rank's peak memory."""
-    kernels.warm_up(dtype)
+    kernels.warm_up(dtype, ghosts=n_ranks > 1)
     no_ids, no_offsets = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     for rows in (np.zeros((0, 1), dtype=dtype), np.zeros((0, 1))):         # the points, the weights
         checkpoint_format.block_fingerprint(rows, no_offsets, no_ids)

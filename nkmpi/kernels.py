@@ -757,21 +757,28 @@ def largest_move(old: np.ndarray, new: np.ndarray) -> float:
     return float(_largest_move(old, new))
 
 
-def warm_up(dtype: np.dtype | type) -> None:
-    """Load (or compile) every kernel for data of `dtype` before timing or measuring memory."""
+def warm_up(dtype: np.dtype | type, ghosts: bool | None = None) -> None:
+    """Load (or compile) the loop's kernels for data of `dtype` before timing or measuring memory.
+
+    ghosts : whether the block's agents have neighbours on other ranks (a run on 2+ ranks:
+    the graph is connected), so that each update is a kernel call of its own
+    (center_update), or not (local_center_updates, edge_disagreement); None: both.  Each
+    kernel loaded holds a few MB of the compiler's data for the whole run."""
     points = np.zeros((2, 1), dtype=dtype)
     centers = np.zeros((1, 1, 1))
     offsets = np.array([0, 2])
-    sums, counts, _, _ = assign_and_accumulate(points, offsets, centers, np.zeros(2, dtype=np.int32))
+    sums, counts = np.zeros((1, 1, 1)), np.zeros((1, 1))
     nbr = np.zeros(1, dtype=np.int64)
     nbr_rows = np.zeros(1, dtype=np.int32)   # a halo plan's nbr_idx
-    center_update(centers, centers, np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0)
-    local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2)
-    edge_disagreement(centers, nbr, np.array([0, 0]), nbr_rows, nbr)
+    if ghosts is None or ghosts:
+        center_update(centers, centers, np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0)
+    if ghosts is None or not ghosts:
+        local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2)
+        edge_disagreement(centers, nbr, np.array([0, 0]), nbr_rows, nbr)
     exact_partials(np.zeros(1))
     merge_partials(coordinate_partials(centers), coordinate_partials(centers))  # rank 0's, of 2+ ranks
     largest_move(centers, centers)
-    pack_rows(centers, nbr, 0.0, centers.copy())
+    pack_rows(centers, nbr, 0.0, centers.copy())    # NeighbourExchange.start, on any number of ranks
     from .local_pass import LocalPass       # built on this module's in_parallel
     for n_features in (1, 16):              # the plain and the screening paths
         rows = np.zeros((64, n_features), dtype=dtype)

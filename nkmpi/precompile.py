@@ -69,7 +69,11 @@ def nkmpi(*argv: object) -> None:
 
 
 def compile_all(folder: Path) -> None:
-    """Every command and option of RUN_OPTIONS, on each dtype, plain and weighted data."""
+    """Every command and option of RUN_OPTIONS, on each dtype, plain and weighted data; the
+    loop's kernels of runs on more ranks than this one too (kernels.warm_up's both ways)."""
+    from . import kernels
+    for dtype in (np.float64, np.float32):
+        kernels.warm_up(dtype)
     files = {"centers": folder / "centers.npy", "edges": folder / "edges.txt"}
     np.save(files["centers"], np.eye(K, N_FEATURES))
     np.savetxt(files["edges"], RING, fmt="%d")

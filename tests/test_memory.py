@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from conftest import run_script
+
+from nkmpi import precompile
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
 
@@ -74,26 +78,24 @@ def test_the_compilers_code_is_let_go_and_the_kernels_still_run():
     assert seen["compiled"] == 90.0
 
 
-# A run in this interpreter: the kernels it called after it measured its memory before reading its
-# rows that were not loaded yet (numba dispatchers that gained an overload since), in any of nkmpi's
-# modules.
+# A run in this interpreter (one rank of a run): the kernels it called after it measured its memory
+# before reading its rows that were not loaded yet (numba dispatchers that gained an overload since),
+# in any of nkmpi's modules.
 RUN_AFTER_WARM_UP = r"""
 import json
 import sys
 from pathlib import Path
 
-import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from nkmpi import app, cli, precompile
+from nkmpi import app, cli
 
 def overloads():
     return {f"{name}.{attr}": len(value.overloads) for name, module in list(sys.modules.items())
             if name.startswith("nkmpi") for attr, value in list(vars(module).items())
             if isinstance(value, CPUDispatcher)}
 
-folder, dtype, init, weighted = Path(sys.argv[1]), np.dtype(sys.argv[2]), sys.argv[3], sys.argv[4] == "weighted"
-precompile.small_dataset(folder / "data.h5", dtype, weighted)
+folder, init = Path(sys.argv[1]), sys.argv[2]
 loaded, resident_bytes = {}, app.resident_bytes
 
 def resident_bytes_seen():
@@ -104,20 +106,29 @@ app.resident_bytes = resident_bytes_seen
 status = cli.main(["run", str(folder / "data.h5"), "-k", "3", "--init", init, "--graph", "rgg:radius=0.6",
                    "--iters", "3", "--quiet", "--out", str(folder / "result.h5"),
                    "--checkpoint", str(folder / "checkpoint.h5")])
-print(json.dumps(dict(status=status, warmed=bool(loaded),
-                      later=sorted(k for k, n in overloads().items() if n > loaded.get(k, 0)))))
+from mpi4py import MPI
+(folder / f"seen-{MPI.COMM_WORLD.Get_rank()}.json").write_text(json.dumps(dict(
+    status=status, warmed=bool(loaded), later=sorted(k for k, n in overloads().items() if n > loaded.get(k, 0)))))
 """
 
 
-@pytest.mark.parametrize("dtype, init, weighted", [("float64", "network", "plain"), ("float32", "network", "weighted"),
-                                                   ("float64", "flood", "weighted"), ("float32", "local", "plain")])
-def test_no_kernel_is_loaded_once_the_rows_are_read(tmp_path, dtype, init, weighted):
+@pytest.mark.parametrize("dtype, init, weighted, n_ranks", [
+    ("float64", "network", "plain", 1), ("float32", "network", "weighted", 1), ("float64", "flood", "weighted", 1),
+    ("float32", "local", "plain", 1), ("float64", "network", "weighted", 2), ("float32", "flood", "plain", 3)])
+def test_no_kernel_is_loaded_once_the_rows_are_read(tmp_path, dtype, init, weighted, n_ranks):
     """Every kernel a run calls is loaded before the rows are read (driver.warm_up, and the
     graph's with the graph), and the compiler's code let go: a kernel loaded later runs LLVM,
-    whose code would then be resident with the rows, at the run's peak."""
-    proc = subprocess.run([sys.executable, "-c", RUN_AFTER_WARM_UP, tmp_path, dtype, init, weighted],
-                          capture_output=True, text=True, timeout=300)
+    whose code would then be resident with the rows, at the run's peak.  On one rank and on
+    several, whose updates are kernels of their own (kernels.warm_up's `ghosts`)."""
+    precompile.small_dataset(tmp_path / "data.h5", np.dtype(dtype), weighted == "weighted")
+    script = tmp_path / "run_after_warm_up.py"
+    script.write_text(RUN_AFTER_WARM_UP)
+    if n_ranks == 1:
+        proc = subprocess.run([sys.executable, script, tmp_path, init], capture_output=True, text=True, timeout=300)
+    else:
+        proc = run_script(n_ranks, script, tmp_path, init)
     assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout.splitlines()[-1])
-    assert seen["status"] == 0 and seen["warmed"]
-    assert seen["later"] == []
+    for rank in range(n_ranks):
+        seen = json.loads((tmp_path / f"seen-{rank}.json").read_text())
+        assert seen["status"] == 0 and seen["warmed"]
+        assert seen["later"] == []
