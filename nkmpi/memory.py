@@ -13,6 +13,8 @@ import ctypes
 import os
 import resource
 
+import numpy as np
+
 
 def release_freed_memory() -> None:
     """Return the heap's free memory to the system (glibc's malloc_trim; nothing elsewhere)."""
@@ -40,7 +42,11 @@ def peak_resident_bytes() -> int:
 #: LLVM linked in (the wheels), or beside it (builds that link a system or conda libLLVM).
 COMPILER_LIBRARIES = ("libllvmlite", "libLLVM")
 _MADV_DONTNEED = 4          # Linux's value (asm-generic/mman-common.h)
-_HEX_DIGITS = frozenset("0123456789abcdef")     # smaps' header lines start with an address, its fields capitalized
+# Linux's /proc/self/pagemap (Documentation/admin-guide/mm/pagemap.rst): 8 bytes a page, bit 63
+# set when the page is in memory, bit 61 when it is a file's page (not a private, anonymous one).
+_PAGEMAP_ENTRY = 8
+_PAGE_PRESENT = np.uint64(1 << 63)
+_PAGE_FILE = np.uint64(1 << 61)
 
 
 def release_compiler_code() -> int:
@@ -72,18 +78,30 @@ def release_compiler_code() -> int:
 
 def library_mappings(libraries: str | tuple[str, ...]) -> list:
     """This process's mappings of the shared libraries whose file names start with
-    `libraries` (one, or a tuple), from /proc/self/smaps: ((start, stop), perms, resident
-    bytes, anonymous bytes) each."""
-    mappings, current = [], None
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            if line[0] in _HEX_DIGITS:                      # a mapping's header: address range, perms, ..., path
-                fields = line.split()
-                current = None
-                if len(fields) > 5 and os.path.basename(fields[5]).startswith(libraries):
-                    start, stop = (int(address, 16) for address in fields[0].split("-"))
-                    current = [(start, stop), fields[1], 0, 0]
-                    mappings.append(current)
-            elif current is not None and line.startswith(("Rss:", "Anonymous:")):
-                current[2 if line[0] == "R" else 3] = int(line.split()[1]) * 1024
+    `libraries` (one, or a tuple): ((start, stop), perms, resident bytes, anonymous bytes)
+    each.  The mappings from /proc/self/maps, their pages' flags from /proc/self/pagemap
+    (a page in memory, and whether it is the file's or a private copy): 3 ms, where
+    /proc/self/smaps, which measures every mapping of the process, took 9."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) > 5 and os.path.basename(fields[5]).startswith(libraries):
+                start, stop = (int(address, 16) for address in fields[0].split("-"))
+                found.append(((start, stop), fields[1]))
+    mappings = []
+    pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        for (start, stop), perms in found:
+            size = (stop - start) // page * _PAGEMAP_ENTRY
+            entries = os.pread(pagemap, size, start // page * _PAGEMAP_ENTRY)
+            if len(entries) != size:
+                raise OSError(f"/proc/self/pagemap gave {len(entries)} of {size} bytes")
+            flags = np.frombuffer(entries, dtype=np.uint64)
+            present = (flags & _PAGE_PRESENT) != 0
+            copied = present & ((flags & _PAGE_FILE) == 0)
+            mappings.append(((start, stop), perms, int(present.sum()) * page, int(copied.sum()) * page))
+    finally:
+        os.close(pagemap)
     return mappings

@@ -11,7 +11,7 @@ from conftest import run_script
 
 from nkmpi import precompile
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="needs Linux's /proc/self/pagemap")
 
 # In a fresh interpreter, so that what it measures is the kernels' loading alone.
 RELEASE_THEN_RUN = r"""
@@ -132,3 +132,41 @@ def test_no_kernel_is_loaded_once_the_rows_are_read(tmp_path, dtype, init, weigh
         seen = json.loads((tmp_path / f"seen-{rank}.json").read_text())
         assert seen["status"] == 0 and seen["warmed"]
         assert seen["later"] == []
+
+
+# The compiler's mappings as memory.library_mappings reads them (maps and pagemap), then as
+# /proc/self/smaps reports them (the kernel's own Rss and Anonymous of each mapping).
+MAPPINGS_TWO_WAYS = r"""
+import json
+import os
+import numpy as np
+from nkmpi import kernels, memory
+
+kernels.warm_up(np.float64)
+ours = [[list(span), perms, resident, private]
+        for span, perms, resident, private in memory.library_mappings(memory.COMPILER_LIBRARIES)]
+smaps, current = [], None
+with open("/proc/self/smaps") as lines:
+    for line in lines:
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            current = None
+            if len(fields) > 5 and os.path.basename(fields[5]).startswith(memory.COMPILER_LIBRARIES):
+                current = [[int(a, 16) for a in fields[0].split("-")], fields[1], 0, 0]
+                smaps.append(current)
+        elif current is not None and fields[0] in ("Rss:", "Anonymous:"):
+            current[2 if fields[0] == "Rss:" else 3] = int(fields[1]) * 1024
+print(json.dumps(dict(ours=ours, smaps=smaps)))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+def test_library_mappings_count_the_pages_smaps_counts():
+    """Resident and private (anonymous) bytes of each of the compiler's mappings, as the kernel's
+    own accounting gives them: release_compiler_code relies on the private ones to leave
+    relocated pages alone."""
+    proc = subprocess.run([sys.executable, "-c", MAPPINGS_TWO_WAYS], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["ours"] == seen["smaps"]
+    assert any(private for *_, private in seen["ours"]), "no relocated page: the test shows nothing"
