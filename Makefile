@@ -15,9 +15,9 @@ SITE_PACKAGES ?=
 KEPT    = $(if $(SITE_PACKAGES),--constraint $(VENV)/constraints.txt)
 KEEP    = import numpy, mpi4py, h5py; print(f'numpy=={numpy.__version__}\nmpi4py=={mpi4py.__version__}')
 DEMO    = demo
-# `make install` also compiles nkmpi's own modules to bytecode, which an editable install has
-# none of: where PYTHONDONTWRITEBYTECODE is set or the tree is read-only, every rank of every
-# job would compile them again as it starts (0.06 to 0.1 s a process here).
+# `make install` also compiles the project's modules (nkmpi, data_tools) to bytecode, which an
+# editable install has none of: where PYTHONDONTWRITEBYTECODE is set or the tree is read-only,
+# every rank of every job would compile them again as it starts (0.06 to 0.1 s a process here).
 # Run on 2 ranks at the end of `make install`: mpiexec and mpi4py must share one MPI library,
 # else every rank is a world of its own.  Also says how the ranks share HDF5 files.
 CHECK_MPI = from mpi4py import MPI; from nkmpi.formats.hdf5 import io_driver; world = MPI.COMM_WORLD; \
