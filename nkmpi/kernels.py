@@ -35,8 +35,8 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import (LANES, add_moves, add_row_vectors, add_squared_gaps, store_row, stream_fence,
-                       tile_center_distances)
+from .row_sums import (BLOCK, LANES, add_moves, add_row_vectors, add_squared_gaps, store_row, stream_fence,
+                       tile_center_distances, transpose_rows)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -103,7 +103,12 @@ def tile_distances(points, start, n, center, rows_t, dist):
     data's precision), features added in order.  The rows are transposed into rows_t
     first, so that the loop over rows vectorizes."""
     n_features = center.shape[1]
-    for i in range(n):
+    transpose_rows(points, start, n, rows_t)     # whole blocks; then the rest one by one
+    whole_rows, whole_features = n // BLOCK * BLOCK, n_features // BLOCK * BLOCK
+    for i in range(whole_rows):
+        for j in range(whole_features, n_features):
+            rows_t[j, i] = points[start + i, j]
+    for i in range(whole_rows, n):
         for j in range(n_features):
             rows_t[j, i] = points[start + i, j]
     # Whole vectors of rows, the last running past n into stale columns of the scratch

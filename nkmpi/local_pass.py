@@ -49,7 +49,8 @@ from numba import njit, prange
 from .kernels import TILE as ROW_TILE
 from .kernels import (UNWEIGHTED, fold_block, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
                       written_zeros, zeroed_block)
-from .row_sums import LANES, rank_columns, rank_row
+from .row_sums import (BOUND_MAX, BOUND_PAD, BOUND_TINY, FOLD_SHRINK, LANES, add_weighted_row, rank_bound_columns,
+                       rank_row)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -83,9 +84,6 @@ SSE_INTERLEAVED_BELOW = 32
 ROUTED_ROW_BYTES = 64
 #: Smallest normals allowed per distance for underflow (products that flush to zero).
 ETA_ULPS = 8.0
-#: float32 storage of the bounds: pad by 2^-22 so that rounding to nearest stays outwards.
-_PAD = 2.0 ** -22
-_FLOAT32_MAX, _FLOAT32_TINY = 3.0e38, 1e-37
 #: The gap of an agent's cluster with no rows.
 _GAP_NONE = np.float32(np.finfo(np.float32).max)
 
@@ -98,19 +96,19 @@ def _gamma(n, dtype):
 @njit(**_JIT)
 def _store_upper(value):
     """A float32 at least `value` (inf when beyond float32)."""
-    padded = value * (1.0 + _PAD)
-    if padded > _FLOAT32_MAX:
+    padded = value * (1.0 + BOUND_PAD)
+    if padded > BOUND_MAX:
         return np.float32(np.inf)
-    return np.float32(max(padded, _FLOAT32_TINY))
+    return np.float32(max(padded, BOUND_TINY))
 
 
 @njit(**_JIT)
 def _store_lower(value):
     """A float32 at most `value` (0 when tiny, the float32 maximum when beyond)."""
-    padded = value * (1.0 - _PAD)
-    if padded < _FLOAT32_TINY:
+    padded = value * (1.0 - BOUND_PAD)
+    if padded < BOUND_TINY:
         return np.float32(0.0)
-    return np.float32(min(padded, _FLOAT32_MAX))
+    return np.float32(min(padded, BOUND_MAX))
 
 
 @njit(**_JIT)
@@ -227,14 +225,16 @@ def _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks
                     sums[a, k, j] += block_sums[b, k, j]
 
 
-@njit(**_JIT)
-def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums, counts, a, block_sums,
-                 block_counts, first_block, rows_t, dist, ranked_best, ranked, exact_err, f64_err, eta):
+@njit(inline='always', **_JIT)       # inlined: a call counts references to its arrays, atomically, every agent
+def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, top, gap, sums, counts, a, block_sums,
+                 block_counts, first_block, rows_t, dist, ranked_best, ranked_bounds, exact_err, f64_err, eta):
     """Every row of an agent per feature (no bounds yet, no screening), tile by tile as the
-    reference kernel computes them, then ranked LANES rows at a time (row_sums.rank_columns,
-    into ranked_best and ranked); its sums on the way, by blocks (kernels.zeroed_block).  Returns
-    the changed labels."""
+    reference kernel computes them, then ranked and bounded LANES rows at a time
+    (row_sums.rank_bound_columns, into ranked_best and ranked_bounds); its bounds folded
+    into top and gap from nothing (_open_summary, _fold_row), and its sums on the way, by
+    blocks (kernels.zeroed_block).  Returns the changed labels."""
     changed = 0
+    _open_summary(top, gap, a)
     for block_start in range(lo, hi, block):
         block_stop = min(block_start + block, hi)
         into, into_counts, at = zeroed_block(sums, counts, a, block_sums, block_counts, first_block,
@@ -243,14 +243,17 @@ def _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, s
             n = min(rows_t.shape[1], block_stop - start)
             tile_distances(points, start, n, center, rows_t, dist)
             for i in range(0, n, LANES):
-                rank_columns(dist, i, ranked_best, ranked)
+                rank_bound_columns(dist, i, ranked_best, ranked_bounds, exact_err, f64_err, eta)
             for i in range(n):
-                best, d_best, d_second = ranked_best[i], ranked[0, i], ranked[1, i]
+                best, up = ranked_best[i], ranked_bounds[0, i]
                 row = start + i
-                _keep_exact_bounds(upper, lower, row, d_best, d_second, exact_err, f64_err, eta)
+                upper[row], lower[row] = up, ranked_bounds[1, i]
                 changed += labels[row] != best
                 labels[row] = best
-                _add_row(points, weights, row, best, into, into_counts, at)
+                weight = row_weight(weights, row)
+                into_counts[at, best] += weight
+                add_weighted_row(into, at, best, points, row, weight)
+                _fold_gap(top, gap, a, best, up, ranked_bounds[2, i])
         fold_block(sums, counts, a, first_block, into, into_counts, at)
     return changed
 
@@ -349,7 +352,7 @@ def _screen_listed(points, sizes, rows, n_rows, center, labels, upper, lower, ga
     return changed, screened, assessed
 
 
-@njit(**_JIT)
+@njit(inline='always', **_JIT)       # inlined, as _assess_rows
 def _assess_pending(points, sizes, center, labels, upper, lower, pending, pending_low, n_pending, exact_err,
                     screen_err, f64_err, eta, affected, touched, lo, block, gathered, dots, center_t, center_norm):
     """The rows whose moved bounds overlap: tighten each upper bound to the exact distance to
@@ -475,10 +478,17 @@ def _open_summary(top, gap, a):
 @njit(inline='always', **_JIT)
 def _fold_row(top, gap, a, label, up, low):
     """Fold a row's stored bounds into its agent's: the largest upper bound of a cluster's rows
-    and the smallest lower minus upper bound, rounded down (-1 where a row's bounds touch)."""
+    and the smallest lower minus upper bound, rounded down (-1 where a row's bounds touch;
+    row_sums.rank_bound_columns computes that gap the same way)."""
+    apart = (np.float64(low) - np.float64(up)) * FOLD_SHRINK
+    _fold_gap(top, gap, a, label, up, _store_lower(apart) if apart > 0 else np.float32(-1.0))
+
+
+@njit(inline='always', **_JIT)
+def _fold_gap(top, gap, a, label, up, row_gap):
+    """_fold_row of a row whose gap is already rounded (`row_gap`)."""
     top[a, label] = max(top[a, label], up)
-    apart = (np.float64(low) - np.float64(up)) * (1.0 - 2.0 ** -50)
-    gap[a, label] = min(gap[a, label], _store_lower(apart) if apart > 0 else np.float32(-1.0))
+    gap[a, label] = min(gap[a, label], row_gap)
 
 
 @njit(**_JIT)
@@ -496,7 +506,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
     rows_t = np.zeros((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
     dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)   # whole vectors of rows (tile_rows)
-    ranked_best, ranked = np.empty(rows_t.shape[1], dtype=np.int64), np.empty((2, rows_t.shape[1]))
+    ranked_best = np.empty(rows_t.shape[1], dtype=np.int64)
+    ranked_bounds = np.empty((3, rows_t.shape[1]), dtype=np.float32)     # upper, lower, their gap
     pending, pending_low = np.empty(PENDING_ROWS, dtype=np.int64), np.empty(PENDING_ROWS)
     listed = np.empty(PENDING_ROWS, dtype=np.int64)
     affected = np.empty(n_clusters, dtype=np.bool_)
@@ -620,17 +631,17 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         points, weights, sizes, lo, hi, block, center, labels, upper, lower, sums, counts, a,
                         block_sums, block_counts, own_blocks, dots, center_t, center_norm, exact_err, screen_err,
                         f64_err, eta)
+                    _open_summary(top, gap, a)
+                    for row in range(lo, hi):
+                        _fold_row(top, gap, a, labels[row], upper[row], lower[row])
                 else:
-                    agent_changed = _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, sums,
-                                                 counts, a, block_sums, block_counts, own_blocks, rows_t, dist,
-                                                 ranked_best, ranked, exact_err, f64_err, eta)
+                    agent_changed = _assess_rows(points, weights, lo, hi, block, center, labels, upper, lower, top,
+                                                 gap, sums, counts, a, block_sums, block_counts, own_blocks, rows_t,
+                                                 dist, ranked_best, ranked_bounds, exact_err, f64_err, eta)
                     assessed = hi - lo
                 ready[a] = True
                 rebased = True
                 opened[a] = hi - lo             # the next pass, early in a run, rebases: the centers still jump
-                _open_summary(top, gap, a)
-                for row in range(lo, hi):
-                    _fold_row(top, gap, a, labels[row], upper[row], lower[row])
             if rebased:                     # moves count from here
                 if given:
                     moved[a] = 0.0

@@ -12,12 +12,15 @@ numbers, so six hot loops ran scalar or went through memory:
   every row is added;
 * the exact kernel's distances of a tile of rows to an agent's centers, feature by
   feature: an agent of 16 rows is shorter than the loop vectorizer's step.
-  `tile_center_distances` works in whole vectors of rows, several centers at once;
+  `tile_center_distances` works in whole vectors of rows, several centers at once, on
+  rows that `transpose_rows` turns into columns eight by eight in registers;
 * the new centers, a stream larger than the caches: `store_row` writes them without
   first reading them into the cache;
 * the search of a row's best and second-best center: a chain of K comparisons a row.
   The screening's `rank_row` ranks eight centers a vector, then merges the lanes; the
-  exact pass's `rank_columns` ranks eight rows a vector, each lane a row;
+  exact pass's `rank_columns` ranks eight rows a vector, each lane a row, and
+  `rank_bound_columns` goes on to the rows' bounds, two divisions and two square roots a
+  row that ran scalar; `add_weighted_row` adds a row to its cluster's sum in vectors;
 * how far each center moved in an update (for the local pass's bounds): a center's p
   squared differences summed one by one.  `add_moves` sums them in lanes, then eight
   centers' lanes at once.
@@ -222,6 +225,68 @@ def _is_tile(ty):
                                                                                             types.float64)
 
 
+#: Rows and features of one block of transpose_rows: eight numbers a vector, of either precision.
+BLOCK = 8
+
+
+@intrinsic
+def transpose_rows(typingctx, points, start, n, rows_t):
+    """rows_t[j, i] = points[start + i, j] for the whole blocks of BLOCK rows (i < n // BLOCK
+    * BLOCK) and BLOCK features (j < p // BLOCK * BLOCK): each block's rows loaded as vectors
+    and transposed in registers by three rounds of shuffles, instead of 64 numbers copied one
+    by one; the caller copies the rest.  points : (rows, p), rows_t : (p, tile), the same
+    type, float32 or float64, C order; nothing checked at run time."""
+    if not (_is_tile(points) and _is_tile(rows_t) and points.dtype == rows_t.dtype
+            and isinstance(start, types.Integer) and isinstance(n, types.Integer)):
+        return None
+    sig = types.void(points, start, n, rows_t)
+    single = points.dtype == types.float32
+
+    def codegen(context, builder, sig, args):
+        points_arg, start_arg, n_arg, rows_t_arg = args
+        i64 = ir.IntType(64)
+        itemsize = 4 if single else 8
+        vector = ir.VectorType(ir.FloatType() if single else ir.DoubleType(), BLOCK)
+        vector_ptr = vector.as_pointer()
+        points_array = context.make_array(sig.args[0])(context, builder, points_arg)
+        rows_t_array = context.make_array(sig.args[3])(context, builder, rows_t_arg)
+        row_bytes = builder.extract_value(points_array.strides, 0)
+        feature_bytes = builder.extract_value(rows_t_array.strides, 0)
+        block = ir.Constant(i64, BLOCK)
+        n_groups = builder.udiv(_as_i64(builder, n_arg, sig.args[2]), block)
+        n_blocks = builder.udiv(builder.extract_value(points_array.shape, 1), block)
+        first_row = builder.add(builder.ptrtoint(points_array.data, i64),
+                                builder.mul(_as_i64(builder, start_arg, sig.args[1]), row_bytes))
+        rows_t_start = builder.ptrtoint(rows_t_array.data, i64)
+        with cgutils.for_range(builder, n_groups) as groups:
+            group_rows = builder.add(first_row, builder.mul(groups.index, builder.mul(block, row_bytes)))
+            group_columns = builder.add(rows_t_start, builder.mul(groups.index, ir.Constant(i64, BLOCK * itemsize)))
+            with cgutils.for_range(builder, n_blocks) as blocks:
+                features = builder.mul(blocks.index, ir.Constant(i64, BLOCK * itemsize))
+                rows = [builder.load(builder.inttoptr(builder.add(builder.add(group_rows, builder.mul(
+                    ir.Constant(i64, i), row_bytes)), features), vector_ptr), align=itemsize) for i in range(BLOCK)]
+                # Swap the off-diagonal s x s blocks of every 2s x 2s block, s = 4, 2, 1.
+                size = BLOCK // 2
+                while size:
+                    low = ir.Constant(ir.VectorType(ir.IntType(32), BLOCK),
+                                      [q if not q & size else BLOCK + q - size for q in range(BLOCK)])
+                    high = ir.Constant(ir.VectorType(ir.IntType(32), BLOCK),
+                                       [q + size if not q & size else BLOCK + q for q in range(BLOCK)])
+                    for i in range(BLOCK):
+                        if not i & size:
+                            rows[i], rows[i + size] = (builder.shuffle_vector(rows[i], rows[i + size], low),
+                                                       builder.shuffle_vector(rows[i], rows[i + size], high))
+                    size //= 2
+                first_feature = builder.mul(blocks.index, block)
+                for j, column in enumerate(rows):
+                    place = builder.add(group_columns, builder.mul(builder.add(first_feature, ir.Constant(i64, j)),
+                                                                   feature_bytes))
+                    builder.store(column, builder.inttoptr(place, vector_ptr), align=itemsize)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @intrinsic
 def tile_center_distances(typingctx, dist, rows_t, center, n_vectors):
     """dist[k, i] = sum over j in order of (rows_t[j, i] - center[k, j])**2, starting from 0,
@@ -390,6 +455,33 @@ def rank_row(typingctx, tile, row, center_norm):
     return sig, codegen
 
 
+def _rank_columns_of(context, builder, sig, dist_arg, first_arg):
+    """The lane-wise ranking of rank_columns: (smallest, its index, second smallest) of the
+    LANES columns from `first` of dist (sig.args[0]), as vectors."""
+    i64 = ir.IntType(64)
+    single = sig.args[0].dtype == types.float32
+    dist_array = context.make_array(sig.args[0])(context, builder, dist_arg)
+    start = builder.add(builder.ptrtoint(dist_array.data, i64),
+                        builder.mul(_as_i64(builder, first_arg, sig.args[1]), ir.Constant(i64, 4 if single else 8)))
+    stride = builder.extract_value(dist_array.strides, 0)
+    slots = _ranking_slots(builder)
+    with cgutils.for_range(builder, builder.extract_value(dist_array.shape, 0)) as loop:
+        e = _load_vector(builder, builder.add(start, builder.mul(loop.index, stride)), single)
+        _rank_lanes(builder, slots, e, _splat(builder, loop.index, ir.VectorType(i64, LANES)))
+    return tuple(builder.load(slot) for slot in slots)
+
+
+def _store_at(builder, value, array_start, column_bytes, align=8):
+    """Store the vector `value` at byte `column_bytes` of an array starting at `array_start`."""
+    address = builder.add(array_start, column_bytes)
+    builder.store(value, builder.inttoptr(address, value.type.as_pointer()), align=align)
+
+
+def _is_ranking(dist, first, ranked_best):
+    return (_is_tile(dist) and isinstance(first, types.Integer) and isinstance(ranked_best, types.Array)
+            and ranked_best.dtype == types.int64 and ranked_best.ndim == 1 and ranked_best.layout == "C")
+
+
 @intrinsic
 def rank_columns(typingctx, dist, first, ranked_best, ranked):
     """Rank the LANES columns c = first, first + 1, ... of dist (K x rows, float32 or
@@ -399,33 +491,154 @@ def rank_columns(typingctx, dist, first, ranked_best, ranked):
     rows are ranked eight at a time with the same comparisons, in the same order, as each
     alone.  Reads and writes whole vectors: dist, ranked_best and ranked must have at least
     first + LANES columns (those past the tile's rows are ranked too, and ignored)."""
-    if not (_is_tile(dist) and isinstance(first, types.Integer) and isinstance(ranked_best, types.Array)
-            and ranked_best.dtype == types.int64 and ranked_best.ndim == 1 and ranked_best.layout == "C"
-            and _is_float64_array(ranked, 2)):
+    if not (_is_ranking(dist, first, ranked_best) and _is_float64_array(ranked, 2)):
         return None
     sig = types.void(dist, first, ranked_best, ranked)
-    single = dist.dtype == types.float32
 
     def codegen(context, builder, sig, args):
         dist_arg, first_arg, best_arg, ranked_arg = args
         i64 = ir.IntType(64)
-        dist_array = context.make_array(sig.args[0])(context, builder, dist_arg)
+        best, index, second = _rank_columns_of(context, builder, sig, dist_arg, first_arg)
         best_array = context.make_array(sig.args[2])(context, builder, best_arg)
         ranked_array = context.make_array(sig.args[3])(context, builder, ranked_arg)
-        start = builder.add(builder.ptrtoint(dist_array.data, i64),
-                            builder.mul(_as_i64(builder, first_arg, sig.args[1]), ir.Constant(i64, 4 if single else 8)))
-        stride = builder.extract_value(dist_array.strides, 0)
-        slots = _ranking_slots(builder)
-        with cgutils.for_range(builder, builder.extract_value(dist_array.shape, 0)) as loop:
-            e = _load_vector(builder, builder.add(start, builder.mul(loop.index, stride)), single)
-            _rank_lanes(builder, slots, e, _splat(builder, loop.index, ir.VectorType(i64, LANES)))
-        best, index, second = (builder.load(slot) for slot in slots)
         column = builder.mul(_as_i64(builder, first_arg, sig.args[1]), ir.Constant(i64, 8))
-        ranked_start = builder.add(builder.ptrtoint(ranked_array.data, i64), column)
-        for value, address in ((index, builder.add(builder.ptrtoint(best_array.data, i64), column)),
-                               (best, ranked_start),
-                               (second, builder.add(ranked_start, builder.extract_value(ranked_array.strides, 0)))):
-            builder.store(value, builder.inttoptr(address, value.type.as_pointer()), align=8)
+        ranked_start = builder.ptrtoint(ranked_array.data, i64)
+        _store_at(builder, index, builder.ptrtoint(best_array.data, i64), column)
+        _store_at(builder, best, ranked_start, column)
+        _store_at(builder, second, builder.add(ranked_start, builder.extract_value(ranked_array.strides, 0)), column)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+#: local_pass's float32 storage of the bounds (_store_upper, _store_lower): each is padded by
+#: BOUND_PAD relative, so that rounding to nearest stays outwards, and kept within BOUND_TINY
+#: and BOUND_MAX.
+BOUND_PAD, BOUND_MAX, BOUND_TINY = 2.0 ** -22, 3.0e38, 1e-37
+#: local_pass._fold_row rounds the gap between a row's bounds down by this factor.
+FOLD_SHRINK = 1.0 - 2.0 ** -50
+
+
+def _stored_upper(builder, value):
+    """local_pass._store_upper lane by lane: a float32 at least `value` (inf beyond float32)."""
+    f64, f32 = value.type.element, ir.FloatType()
+    lanes = value.type.count
+    padded = builder.fmul(value, ir.Constant(value.type, [1.0 + BOUND_PAD] * lanes))
+    kept = builder.fptrunc(_larger(builder, padded, ir.Constant(value.type, [BOUND_TINY] * lanes)),
+                           ir.VectorType(f32, lanes))
+    beyond = builder.fcmp_ordered(">", padded, ir.Constant(ir.VectorType(f64, lanes), [BOUND_MAX] * lanes))
+    return builder.select(beyond, ir.Constant(ir.VectorType(f32, lanes), [float("inf")] * lanes), kept)
+
+
+def _stored_lower(builder, value):
+    """local_pass._store_lower lane by lane: a float32 at most `value` (0 when tiny)."""
+    f32 = ir.FloatType()
+    lanes = value.type.count
+    padded = builder.fmul(value, ir.Constant(value.type, [1.0 - BOUND_PAD] * lanes))
+    kept = builder.fptrunc(_smaller(builder, padded, ir.Constant(value.type, [BOUND_MAX] * lanes)),
+                           ir.VectorType(f32, lanes))
+    tiny = builder.fcmp_ordered("<", padded, ir.Constant(value.type, [BOUND_TINY] * lanes))
+    return builder.select(tiny, ir.Constant(ir.VectorType(f32, lanes), [0.0] * lanes), kept)
+
+
+@intrinsic
+def rank_bound_columns(typingctx, dist, first, ranked_best, bounds, exact_err, f64_err, eta):
+    """rank_columns's ranking of the LANES columns from `first`, the best into ranked_best,
+    then each column's bounds as local_pass stores them, in float32, into bounds (3, columns):
+    the upper bound into bounds[0] and the lower into bounds[1] (_keep_exact_bounds of the
+    smallest and second smallest), and their gap as _fold_row folds it into bounds[2].  The
+    same operations lane by lane as those functions row by row, so the same numbers; a tile's
+    divisions and square roots go eight rows a vector.  Whole vectors, like rank_columns."""
+    if not (_is_ranking(dist, first, ranked_best) and isinstance(bounds, types.Array) and bounds.ndim == 2
+            and bounds.dtype == types.float32 and bounds.layout == "C"
+            and all(isinstance(t, types.Float) for t in (exact_err, f64_err, eta))):
+        return None
+    sig = types.void(dist, first, ranked_best, bounds, exact_err, f64_err, eta)
+
+    def codegen(context, builder, sig, args):
+        dist_arg, first_arg, best_arg, bounds_arg = args[:4]
+        i64, f64 = ir.IntType(64), ir.DoubleType()
+        # float32 terms meet float64 distances: numba widens them first, exactly
+        err_arg, f64_err_arg, eta_arg = (builder.fpext(a, f64) if a.type != f64 else a for a in args[4:])
+        vector = ir.VectorType(f64, LANES)
+        smallest, index, second = _rank_columns_of(context, builder, sig, dist_arg, first_arg)
+        one = ir.Constant(f64, 1.0)
+        eta = _splat(builder, eta_arg, vector)
+        zero = ir.Constant(vector, [0.0] * LANES)
+        # _keep_exact_bounds: the true squared distances' bounds, then _keep_bounds (err 0.0)
+        best_bound = builder.fdiv(builder.fadd(smallest, eta), _splat(builder, builder.fsub(one, err_arg), vector))
+        second_bound = builder.fdiv(_larger(builder, builder.fsub(second, eta), zero),
+                                    _splat(builder, builder.fadd(one, err_arg), vector))
+        sqrt = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                              f"llvm.sqrt.v{LANES}f64")
+        upper = _stored_upper(builder, builder.fmul(builder.call(sqrt, [builder.fadd(best_bound, zero)]),
+                                                    _splat(builder, builder.fadd(one, f64_err_arg), vector)))
+        lower = _stored_lower(builder, builder.fmul(
+            builder.call(sqrt, [_larger(builder, builder.fsub(second_bound, zero), zero)]),
+            _splat(builder, builder.fsub(one, f64_err_arg), vector)))
+        # _fold_row's gap of the stored bounds
+        apart = builder.fmul(builder.fsub(builder.fpext(lower, vector), builder.fpext(upper, vector)),
+                             ir.Constant(vector, [FOLD_SHRINK] * LANES))
+        gap = builder.select(builder.fcmp_ordered(">", apart, zero), _stored_lower(builder, apart),
+                             ir.Constant(ir.VectorType(ir.FloatType(), LANES), [-1.0] * LANES))
+        best_array = context.make_array(sig.args[2])(context, builder, best_arg)
+        bounds_array = context.make_array(sig.args[3])(context, builder, bounds_arg)
+        first = _as_i64(builder, first_arg, sig.args[1])
+        _store_at(builder, index, builder.ptrtoint(best_array.data, i64), builder.mul(first, ir.Constant(i64, 8)))
+        bounds_start = builder.ptrtoint(bounds_array.data, i64)
+        bounds_stride = builder.extract_value(bounds_array.strides, 0)
+        for b, value in enumerate((upper, lower, gap)):
+            _store_at(builder, value, builder.add(bounds_start, builder.mul(ir.Constant(i64, b), bounds_stride)),
+                      builder.mul(first, ir.Constant(i64, 4)), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def add_weighted_row(typingctx, sums, at, label, points, row, weight):
+    """sums[at, label, j] += weight * points[row, j] (in float64) for every feature j: whole
+    vectors of LANES features, then the last p % LANES one by one; each number gets the
+    scalar loop's multiplication and addition.  sums : (n, K, p) float64, points : (rows, p)
+    float32 or float64, both C order; nothing checked at run time."""
+    if not (_is_float64_array(sums, 3) and _is_tile(points)
+            and all(isinstance(t, types.Integer) for t in (at, label, row)) and isinstance(weight, types.Float)):
+        return None
+    sig = types.void(sums, at, label, points, row, weight)
+    single = points.dtype == types.float32
+
+    def codegen(context, builder, sig, args):
+        sums_arg, at_arg, label_arg, points_arg, row_arg, weight_arg = args
+        i64, f64 = ir.IntType(64), ir.DoubleType()
+        vector = ir.VectorType(f64, LANES)
+        itemsize = 4 if single else 8
+        sums_array = context.make_array(sig.args[0])(context, builder, sums_arg)
+        points_array = context.make_array(sig.args[3])(context, builder, points_arg)
+        n_features = builder.extract_value(points_array.shape, 1)
+        total_start = builder.add(builder.ptrtoint(sums_array.data, i64), builder.add(
+            builder.mul(_as_i64(builder, at_arg, sig.args[1]), builder.extract_value(sums_array.strides, 0)),
+            builder.mul(_as_i64(builder, label_arg, sig.args[2]), builder.extract_value(sums_array.strides, 1))))
+        row_start = builder.add(builder.ptrtoint(points_array.data, i64),
+                                builder.mul(_as_i64(builder, row_arg, sig.args[4]),
+                                            builder.extract_value(points_array.strides, 0)))
+        weight = builder.fpext(weight_arg, f64) if weight_arg.type != f64 else weight_arg   # (as numba widens it)
+        weights = _splat(builder, weight, vector)
+        n_full = builder.udiv(n_features, ir.Constant(i64, LANES))
+        with cgutils.for_range(builder, n_full) as loop:
+            total = builder.inttoptr(builder.add(total_start, builder.mul(loop.index, ir.Constant(i64, 8 * LANES))),
+                                     vector.as_pointer())
+            values = _load_vector(builder, builder.add(row_start, builder.mul(loop.index,
+                                                                              ir.Constant(i64, itemsize * LANES))),
+                                  single)
+            builder.store(builder.fadd(builder.load(total, align=8), builder.fmul(weights, values)), total, align=8)
+        scalar = ir.FloatType() if single else f64
+        with cgutils.for_range_slice(builder, builder.mul(n_full, ir.Constant(i64, LANES)), n_features,
+                                     ir.Constant(i64, 1), inc=True) as (j, _):
+            total = builder.inttoptr(builder.add(total_start, builder.mul(j, ir.Constant(i64, 8))), f64.as_pointer())
+            value = builder.load(builder.inttoptr(builder.add(row_start, builder.mul(j, ir.Constant(i64, itemsize))),
+                                                  scalar.as_pointer()))
+            value = builder.fpext(value, f64) if single else value
+            builder.store(builder.fadd(builder.load(total), builder.fmul(weight, value)), total)
         return context.get_dummy_value()
 
     return sig, codegen

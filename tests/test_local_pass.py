@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from nkmpi import kernels
 from nkmpi.formats.dataset import coordinate_limit
-from nkmpi.local_pass import LAZY_OPEN, LocalPass
-from nkmpi.row_sums import LANES, rank_columns, rank_row
+from nkmpi.local_pass import LAZY_OPEN, LocalPass, _fold_row, _keep_exact_bounds
+from nkmpi.row_sums import BLOCK, LANES, add_weighted_row, rank_bound_columns, rank_columns, rank_row, transpose_rows
 
 DTYPES = [np.float64, np.float32]
 
@@ -755,6 +755,99 @@ def test_rank_columns_ranks_as_one_by_one(dtype, k, n):
     for i in range(n):
         d = [float(dist[c, i]) for c in range(k)]
         assert (best[i], smallest[i], second[i]) == ranked_one_by_one(d), f"row {i}: {d}"
+
+
+@numba.njit
+def _bounds_both_ways(dist, terms, best, bounds, ranked_best, ranked, one_by_one):
+    """rank_bound_columns's bounds, and the same rows' bounds from rank_columns's ranking by
+    _keep_exact_bounds and _fold_row one row at a time (one_by_one: upper, lower, gap)."""
+    for first in range(0, best.shape[0], LANES):
+        rank_bound_columns(dist, first, best, bounds, terms[0], terms[1], terms[2])
+        rank_columns(dist, first, ranked_best, ranked)
+    top, gap = np.zeros((1, 1), dtype=np.float32), np.zeros((1, 1), dtype=np.float32)
+    for i in range(best.shape[0]):
+        _keep_exact_bounds(one_by_one[0], one_by_one[1], i, ranked[0, i], ranked[1, i], terms[0], terms[1], terms[2])
+        gap[0, 0] = np.finfo(np.float32).max
+        _fold_row(top, gap, 0, 0, one_by_one[0, i], one_by_one[1, i])
+        one_by_one[2, i] = gap[0, 0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [1, 2, 8, 9])
+def test_rank_bound_columns_bounds_as_one_by_one(dtype, k):
+    """The cold pass's bounds, eight rows a vector, against _keep_exact_bounds and _fold_row
+    row by row: the same float32 numbers, at zero, at the smallest normals, across float32's
+    range and beyond it (where a bound is inf or clamped), at ties, and with K = 1 (no
+    second center: an infinite lower bound)."""
+    rng = np.random.default_rng(k)
+    n = 64
+    dist = (np.abs(rng.standard_normal((k, n))) * 10.0 ** rng.integers(-30, 30, (k, n))).astype(dtype)
+    dist[:, :8] = 0
+    dist[0, 8:16] = np.finfo(dtype).tiny
+    dist[:, 16:24] = dist[0, 16:24]                                 # ties
+    dist[:, 24:32] = np.finfo(dtype).max / 4                         # float64: past float32's square
+    terms = np.array([1e-15, 2.0 ** -52, 8 * np.finfo(np.float64).tiny])
+    best, ranked_best = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    bounds, one_by_one = np.empty((3, n), dtype=np.float32), np.empty((3, n), dtype=np.float32)
+    _bounds_both_ways(dist, terms, best, bounds, ranked_best, np.empty((2, n)), one_by_one)
+    np.testing.assert_array_equal(best, ranked_best)
+    np.testing.assert_array_equal(bounds, one_by_one)
+    # The edge cases ran: beyond float32 the upper bound is inf; zero distances give a zero
+    # lower bound and touching bounds (a gap of -1), except that K = 1 has no second center.
+    assert np.isinf(bounds[0, 24:32]).all() == (dtype == np.float64)
+    if k > 1:
+        assert (bounds[1, :8] == 0).all() and (bounds[2, :8] == -1).all()
+    else:
+        assert (bounds[1] == np.float32(3.0e38)).all() and (bounds[2, :24] > 0).all()
+
+
+@numba.njit
+def _add_rows(sums, points, labels, weights):
+    for row in range(points.shape[0]):
+        add_weighted_row(sums, 1, labels[row], points, row, weights[row])
+
+
+@numba.njit
+def _add_rows_one_by_one(sums, points, labels, weights):
+    for row in range(points.shape[0]):
+        for j in range(points.shape[1]):
+            sums[1, labels[row], j] += weights[row] * np.float64(points[row, j])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [1, 7, 8, 9, 17, 32])
+def test_add_weighted_row_adds_as_one_by_one(dtype, p):
+    """Rows added to their clusters' sums in vectors and a scalar tail: the same sums as
+    the scalar loop, for p below, at and above whole vectors, and only in sums[1]."""
+    rng = np.random.default_rng(p)
+    points = (rng.standard_normal((200, p)) * 10.0 ** rng.integers(-3, 9, (200, 1))).astype(dtype)
+    labels, weights = rng.integers(0, 3, 200), rng.random(200)
+    vectors, one_by_one = np.zeros((2, 3, p)), np.zeros((2, 3, p))
+    _add_rows(vectors, points, labels, weights)
+    _add_rows_one_by_one(one_by_one, points, labels, weights)
+    np.testing.assert_array_equal(vectors, one_by_one)
+    assert not vectors[0].any()
+
+
+@numba.njit
+def _transposed(points, start, n, rows_t):
+    transpose_rows(points, start, n, rows_t)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [1, 8, 9, 16, 17])
+@pytest.mark.parametrize("n", [7, 8, 17, 64])
+def test_transpose_rows_writes_whole_blocks(dtype, p, n):
+    """transpose_rows writes rows_t[j, i] = points[start + i, j] for the whole blocks of
+    BLOCK rows and features, and nothing else (tile_distances copies the rest)."""
+    rng = np.random.default_rng(n * p)
+    points = rng.standard_normal((100, p)).astype(dtype)
+    rows_t = np.full((p, 80), np.nan, dtype=dtype)
+    _transposed(points, 5, n, rows_t)
+    expected = np.full_like(rows_t, np.nan)
+    rows, features = n // BLOCK * BLOCK, p // BLOCK * BLOCK
+    expected[:features, :rows] = points[5:5 + rows, :features].T
+    np.testing.assert_array_equal(rows_t, expected)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
