@@ -402,8 +402,11 @@ class _NKMeans:
         self.one_call = self.plan.n_ext == self.plan.n_local
         self.local_pass = LocalPass(loop.points, loop.offsets, options.n_clusters, loop.weights,
                                     moves_given=not self.one_call)
-        # Each agent's disagreement with its higher neighbours, written by a monitoring point's update.
+        # Each agent's disagreement with its higher neighbours, written by a monitoring point's
+        # update, from each agent's first neighbour entry of a higher id on.
         self.edge_sums = np.zeros(0 if self.one_call else len(loop.agents))
+        self.edge_first = kernels.NO_IDS if self.one_call else kernels.first_up_edges(
+            self.plan.agents, self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.ext_ids)
         self.stores = kernels.StoreChoice(self.exchange.spare.nbytes)
         self.pass_offsets = loop.offsets
 
@@ -457,7 +460,7 @@ class _NKMeans:
                                           rho, options.alpha, out=exchange.spare, faults=self.faults,
                                           update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
                                           moved=self.local_pass.moved, move_terms=self.local_pass.move_terms,
-                                          edge_sums=edge_sums, streamed=streamed)
+                                          edge_sums=edge_sums, edge_first=self.edge_first, streamed=streamed)
                 exchange.swap()
             if monitoring:
                 disagreement = kernels.exact_partials(self.edge_sums)

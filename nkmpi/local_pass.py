@@ -48,7 +48,7 @@ from numba import njit, prange
 
 from .kernels import TILE as ROW_TILE
 from .kernels import (UNWEIGHTED, fold_block, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
-                      written_zeros, zeroed_block)
+                      written_zeros, zero_agent, zeroed_block)
 from .row_sums import (BOUND_MAX, BOUND_PAD, BOUND_TINY, FOLD_SHRINK, LANES, add_weighted_row, rank_bound_columns,
                        rank_row)
 
@@ -185,7 +185,8 @@ def _sum_affected(points, weights, lo, hi, labels, sums, counts, a, affected, ro
     for k in range(n_clusters):
         route[k] = k if affected[k] else n_clusters
         acc_counts[0, k] = 0.0
-        acc[0, k] = 0.0
+        for j in range(acc.shape[2]):
+            acc[0, k, j] = 0.0
     for row in range(lo, hi):
         _add_row(points, weights, row, route[labels[row]], acc, acc_counts, 0)
     for k in range(n_clusters):
@@ -205,7 +206,8 @@ def _sum_again(points, weights, lo, hi, labels, sums, counts, a, affected, route
     for k in range(sums.shape[1]):
         if affected[k]:
             counts[a, k] = 0
-            sums[a, k] = 0
+            for j in range(sums.shape[2]):
+                sums[a, k, j] = 0
     for row in range(lo, hi):
         if affected[labels[row]]:
             _add_row(points, weights, row, labels[row], sums, counts, a)
@@ -218,7 +220,8 @@ def _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks
     for k in range(sums.shape[1]):
         if clusters[k]:
             counts[a, k] = 0
-            sums[a, k] = 0
+            for j in range(sums.shape[2]):
+                sums[a, k, j] = 0
             for b in range(first_block, first_block + n_blocks):
                 counts[a, k] += block_counts[b, k]
                 for j in range(sums.shape[2]):
@@ -558,8 +561,10 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                     for j in range(n_features):
                         center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
                 agent_changed = 0
-                affected[:] = False
-                touched[:n_blocks] = False
+                for k in range(n_clusters):     # (number by number, as kernels.zero_agent)
+                    affected[k] = False
+                for b in range(n_blocks):
+                    touched[b] = False
                 n_pending = n_opened = 0
                 rebased = opened[a] * LAZY_OPEN >= hi - lo
                 if rebased:
@@ -586,7 +591,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                                 pending[n_pending], pending_low[n_pending] = row, low
                                 n_pending += 1
                     if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
-                        listed[:n_pending] = pending[:n_pending]    # _assess_pending reorders `pending`
+                        for q in range(n_pending):          # _assess_pending reorders `pending`
+                            listed[q] = pending[q]
                         skipped -= n_pending
                         more_changed, more_skipped, more_screened, more_assessed = _assess_pending(
                             points, sizes, center, labels, upper, lower, pending, pending_low, n_pending,
@@ -624,8 +630,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                         center[k, j] = centers[a, k, j]          # in the data's precision, as the reference
                 # An agent of one block adds its rows straight into its sums (the same bits).
                 own_blocks = first_block if blocked else -1
-                counts[a] = 0                   # the blocks are added to them (an agent without rows has none)
-                sums[a] = 0
+                zero_agent(sums, counts, a)     # the blocks are added to them (an agent without rows has none)
                 if sizes.shape[0] and hi - lo >= SCREEN_ROWS:
                     agent_changed, screened, assessed = _screen_rows(
                         points, weights, sizes, lo, hi, block, center, labels, upper, lower, sums, counts, a,
@@ -644,9 +649,12 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                 opened[a] = hi - lo             # the next pass, early in a run, rebases: the centers still jump
             if rebased:                     # moves count from here
                 if given:
-                    moved[a] = 0.0
+                    for k in range(n_clusters):
+                        moved[a, k] = 0.0
                 else:
-                    previous[a] = center
+                    for k in range(n_clusters):
+                        for j in range(n_features):
+                            previous[a, k, j] = center[k, j]
             changed[a] = agent_changed
             counters[0] += skipped
             counters[1] += screened

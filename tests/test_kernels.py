@@ -386,7 +386,8 @@ def test_update_measures_the_disagreement_of_its_input(faulty, threads, monkeypa
     kernels.set_threads(threads)
     try:
         new = kernels.center_update(*problem, faults=faults, update=3, agent_ids=agents, ext_ids=ext_ids,
-                                    edge_sums=edge_sums)
+                                    edge_sums=edge_sums,
+                                    edge_first=kernels.first_up_edges(agents, nbr_ptr, nbr_idx, ext_ids))
     finally:
         kernels.set_threads(1)
     expected = [agent_edge_sum(ext, a, [b for b in nbr_idx[nbr_ptr[a]:nbr_ptr[a + 1]] if ext_ids[b] > agents[a]])
@@ -398,6 +399,19 @@ def test_update_measures_the_disagreement_of_its_input(faulty, threads, monkeypa
         math.fsum(kernels.edge_disagreement(ext, agents, nbr_ptr, nbr_idx, ext_ids))
     with pytest.raises(ValueError, match="edge sums"):
         kernels.center_update(*problem, edge_sums=edge_sums)
+
+
+def test_first_up_edges_start_each_agents_edges_to_higher_ids():
+    """Each agent's first neighbour entry of a higher global id, against a search of its
+    entries in Python: the row's end where it has none, its start where every neighbour is
+    higher."""
+    rng = np.random.default_rng(12)
+    agents, ext_ids, nbr_ptr, nbr_idx = random_block_graph(rng, 40, 60, 7)
+    first = kernels.first_up_edges(agents, nbr_ptr, nbr_idx, ext_ids)
+    expected = [next((e for e in range(nbr_ptr[a], nbr_ptr[a + 1]) if ext_ids[nbr_idx[e]] > agents[a]),
+                     nbr_ptr[a + 1]) for a in range(len(agents))]
+    np.testing.assert_array_equal(first, expected)
+    assert (first == nbr_ptr[1:]).any() and (first == nbr_ptr[:-1]).any() and (first < nbr_ptr[1:]).any()
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread is all numba has here")
