@@ -35,7 +35,7 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import (BLOCK, LANES, add_moves, add_row_vectors, add_squared_gaps, store_row, stream_fence,
+from .row_sums import (LANES, add_moves, add_row_vectors, add_squared_gaps, store_row, stream_fence,
                        tile_center_distances, transpose_rows)
 
 _JIT = dict(cache=True, nogil=True)
@@ -103,8 +103,7 @@ def tile_distances(points, start, n, center, rows_t, dist):
     data's precision), features added in order.  The rows are transposed into rows_t
     first, so that the loop over rows vectorizes."""
     n_features = center.shape[1]
-    transpose_rows(points, start, n, rows_t)     # whole blocks; then the rest one by one
-    whole_rows, whole_features = n // BLOCK * BLOCK, n_features // BLOCK * BLOCK
+    whole_rows, whole_features = transpose_rows(points, start, n, rows_t)     # whole blocks; the rest one by one
     for i in range(whole_rows):
         for j in range(whole_features, n_features):
             rows_t[j, i] = points[start + i, j]

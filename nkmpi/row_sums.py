@@ -234,17 +234,23 @@ def transpose_rows(typingctx, points, start, n, rows_t):
     """rows_t[j, i] = points[start + i, j] for the whole blocks of BLOCK rows (i < n // BLOCK
     * BLOCK) and BLOCK features (j < p // BLOCK * BLOCK): each block's rows loaded as vectors
     and transposed in registers by three rounds of shuffles, instead of 64 numbers copied one
-    by one; the caller copies the rest.  points : (rows, p), rows_t : (p, tile), the same
-    type, float32 or float64, C order; nothing checked at run time."""
-    if not (_is_tile(points) and _is_tile(rows_t) and points.dtype == rows_t.dtype
+    by one.  Returns (rows, features) done so, (0, 0) where points are not in C order (the
+    rows of a block are then not vectors); the caller copies the rest.  points : (rows, p),
+    rows_t : (p, tile) in C order, the same type, float32 or float64; nothing checked at run
+    time."""
+    if not (isinstance(points, types.Array) and points.ndim == 2 and points.dtype in (types.float32, types.float64)
+            and _is_tile(rows_t) and points.dtype == rows_t.dtype
             and isinstance(start, types.Integer) and isinstance(n, types.Integer)):
         return None
-    sig = types.void(points, start, n, rows_t)
+    sig = types.UniTuple(types.int64, 2)(points, start, n, rows_t)
     single = points.dtype == types.float32
+    by_blocks = points.layout == "C"
 
     def codegen(context, builder, sig, args):
         points_arg, start_arg, n_arg, rows_t_arg = args
         i64 = ir.IntType(64)
+        if not by_blocks:
+            return context.make_tuple(builder, sig.return_type, [ir.Constant(i64, 0)] * 2)
         itemsize = 4 if single else 8
         vector = ir.VectorType(ir.FloatType() if single else ir.DoubleType(), BLOCK)
         vector_ptr = vector.as_pointer()
@@ -282,7 +288,8 @@ def transpose_rows(typingctx, points, start, n, rows_t):
                     place = builder.add(group_columns, builder.mul(builder.add(first_feature, ir.Constant(i64, j)),
                                                                    feature_bytes))
                     builder.store(column, builder.inttoptr(place, vector_ptr), align=itemsize)
-        return context.get_dummy_value()
+        done = [builder.mul(n_groups, block), builder.mul(n_blocks, block)]
+        return context.make_tuple(builder, sig.return_type, done)
 
     return sig, codegen
 

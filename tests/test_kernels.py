@@ -102,15 +102,17 @@ def test_cluster_sums_add_blocks_of_rows(dtype, weighted, k):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("k", [1, 3, 8, 11, 20])
-@pytest.mark.parametrize("p", [1, 5, 17])
-def test_tile_distances_are_the_per_feature_sums(dtype, k, p):
+@pytest.mark.parametrize("p", [1, 5, 8, 17])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_tile_distances_are_the_per_feature_sums(dtype, k, p, order):
     """Every row's distance to every center, bit for bit the sum of its squared gaps added
     feature by feature from 0 in the data's precision (numpy's elementwise operations are
     single IEEE operations), for tiles of one row to a whole tile, and centers in passes of
-    up to eight (k = 11 and 20 end on a partial pass)."""
+    up to eight (k = 11 and 20 end on a partial pass); rows in C order (whole 8 x 8 blocks
+    transposed in registers, p = 8 and 17) or in Fortran order (one number at a time)."""
     rng = np.random.default_rng(k * 100 + p)
     tile = kernels.tile_rows(k, kernels.TILE)
-    points = (rng.standard_normal((tile + 40, p)) * 10.0 ** rng.integers(-3, 6, size=p)).astype(dtype)
+    points = (rng.standard_normal((tile + 40, p)) * 10.0 ** rng.integers(-3, 6, size=p)).astype(dtype, order=order)
     center = (rng.standard_normal((k, p)) * 10.0 ** rng.integers(-3, 6, size=p)).astype(dtype)
     rows_t, dist = np.zeros((p, tile), dtype=dtype), np.empty((k, tile), dtype=dtype)
     for start, n in [(0, 1), (3, 7), (5, 16), (1, 33), (40, tile)]:

@@ -831,21 +831,24 @@ def test_add_weighted_row_adds_as_one_by_one(dtype, p):
 
 @numba.njit
 def _transposed(points, start, n, rows_t):
-    transpose_rows(points, start, n, rows_t)
+    return transpose_rows(points, start, n, rows_t)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("p", [1, 8, 9, 16, 17])
 @pytest.mark.parametrize("n", [7, 8, 17, 64])
-def test_transpose_rows_writes_whole_blocks(dtype, p, n):
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_transpose_rows_writes_whole_blocks(dtype, p, n, order):
     """transpose_rows writes rows_t[j, i] = points[start + i, j] for the whole blocks of
-    BLOCK rows and features, and nothing else (tile_distances copies the rest)."""
+    BLOCK rows and features of rows in C order, and nothing else (tile_distances copies the
+    rest); of rows in Fortran order nothing at all.  It returns what it wrote."""
     rng = np.random.default_rng(n * p)
-    points = rng.standard_normal((100, p)).astype(dtype)
+    points = rng.standard_normal((100, p)).astype(dtype, order=order)
     rows_t = np.full((p, 80), np.nan, dtype=dtype)
-    _transposed(points, 5, n, rows_t)
+    rows, features = _transposed(points, 5, n, rows_t)
+    by_blocks = points.flags.c_contiguous          # (one column in Fortran order is in C order too)
+    assert (rows, features) == ((n // BLOCK * BLOCK, p // BLOCK * BLOCK) if by_blocks else (0, 0))
     expected = np.full_like(rows_t, np.nan)
-    rows, features = n // BLOCK * BLOCK, p // BLOCK * BLOCK
     expected[:features, :rows] = points[5:5 + rows, :features].T
     np.testing.assert_array_equal(rows_t, expected)
 
