@@ -778,7 +778,7 @@ def test_rank_bound_columns_bounds_as_one_by_one(dtype, k):
     """The cold pass's bounds, eight rows a vector, against _keep_exact_bounds and _fold_row
     row by row: the same float32 numbers, at zero, at the smallest normals, across float32's
     range and beyond it (where a bound is inf or clamped), at ties, and with K = 1 (no
-    second center: an infinite lower bound)."""
+    second center: the second distance is inf, the lower bound float32's largest kept)."""
     rng = np.random.default_rng(k)
     n = 64
     dist = (np.abs(rng.standard_normal((k, n))) * 10.0 ** rng.integers(-30, 30, (k, n))).astype(dtype)
