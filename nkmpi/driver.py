@@ -407,6 +407,8 @@ class _NKMeans:
         self.edge_sums = np.zeros(0 if self.one_call else len(loop.agents))
         self.edge_first = kernels.NO_IDS if self.one_call else kernels.first_up_edges(
             self.plan.agents, self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.ext_ids)
+        # The neighbour rows each update would wait for, which it asks for a few agents ahead.
+        self.prefetch = kernels.far_rows(self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.n_ext)
         self.stores = kernels.StoreChoice(self.exchange.spare.nbytes)
         self.pass_offsets = loop.offsets
 
@@ -444,7 +446,7 @@ class _NKMeans:
                 kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
                                              counts, rho, options.alpha, inner, faults=self.faults,
                                              first_update=first_update, agent_ids=plan.agents, ext_ids=plan.ext_ids,
-                                             streamed=streamed)
+                                             streamed=streamed, prefetch=self.prefetch)
             if inner % 2:
                 exchange.swap()
         else:
@@ -460,7 +462,8 @@ class _NKMeans:
                                           rho, options.alpha, out=exchange.spare, faults=self.faults,
                                           update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
                                           moved=self.local_pass.moved, move_terms=self.local_pass.move_terms,
-                                          edge_sums=edge_sums, edge_first=self.edge_first, streamed=streamed)
+                                          edge_sums=edge_sums, edge_first=self.edge_first, streamed=streamed,
+                                          prefetch=self.prefetch)
                 exchange.swap()
             if monitoring:
                 disagreement = kernels.exact_partials(self.edge_sums)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import glob
 import time
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -35,8 +36,8 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import (LANES, add_moves, add_row_vectors, add_squared_gaps, store_row, stream_fence,
-                       tile_center_distances, transpose_rows)
+from .row_sums import (LANES, add_moves, add_row_vectors, add_squared_gaps, prefetch_row, prefetch_rows, store_row,
+                       stream_fence, tile_center_distances, transpose_rows)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -351,6 +352,55 @@ def _add_neighbours(total, rows, nbr_idx, first, stop):
 
 
 NO_IDS = np.zeros(0, dtype=np.int64)
+
+#: The update prefetches what the agent this many agents on will need: its far rows
+#: (`Prefetch`), its sums and the row its new centers go to.  About a microsecond ahead.
+PREFETCH_AGENTS = 8
+#: A neighbour row not read within this many entries before (about 2 MB of rows read, the
+#: order of a core's L2 cache) is a far row, one to prefetch.
+FAR_ENTRIES = 4096
+
+
+class Prefetch(NamedTuple):
+    """The far rows of each agent's update (`far_rows`): far_ptr (L+1,), and the rows of
+    ext agent a will read that the caches will likely have let go,
+    rows[far_ptr[a]:far_ptr[a+1]].  Empty: nothing prefetched."""
+    far_ptr: np.ndarray
+    rows: np.ndarray
+
+
+NO_PREFETCH = Prefetch(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+@njit(**_JIT)
+def _far_rows(nbr_ptr, nbr_idx, n_rows, far_entries, far_ptr, rows):
+    last_read = np.full(n_rows, -far_entries - 1, dtype=np.int64)
+    n_far = 0
+    for a in range(len(nbr_ptr) - 1):
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            row = nbr_idx[e]
+            if e - last_read[row] > far_entries:
+                if len(rows):
+                    rows[n_far] = row
+                n_far += 1
+            last_read[row] = e
+        if len(rows):
+            far_ptr[a + 1] = n_far
+    return n_far
+
+
+def far_rows(nbr_ptr: np.ndarray, nbr_idx: np.ndarray, n_rows: int) -> Prefetch:
+    """Each agent's neighbour rows (of an `ext` of n_rows rows) that the update, taking the
+    agents in order, read last more than FAR_ENTRIES entries before, or never: the rows it
+    would wait for, up to a few a sensor network's agent, which no hardware prefetcher
+    foresees.  Computed once a run."""
+    nbr_ptr = np.asarray(nbr_ptr, dtype=np.int64)
+    nbr_idx = np.asarray(nbr_idx)
+    n_far = _far_rows(nbr_ptr, nbr_idx, n_rows, FAR_ENTRIES, nbr_ptr[:0], nbr_idx[:0])
+    far_ptr, rows = np.zeros(len(nbr_ptr), dtype=np.int64), np.empty(n_far, dtype=nbr_idx.dtype)
+    _far_rows(nbr_ptr, nbr_idx, n_rows, FAR_ENTRIES, far_ptr, rows)
+    return Prefetch(far_ptr, rows)
+
 #: No moves tracked (center_update's `moved`); never written, passed as an argument.
 NO_MOVES = np.zeros((0, 0))
 #: No edge sums measured (center_update's `edge_sums`); never written.
@@ -394,8 +444,10 @@ def _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta):
 
 @njit(**_JIT)
 def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, streamed, first, stop):
-    """The update of agents first..stop-1; scaled: `sums` and `counts` hold S / rho and
+            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+            first, stop):
+    """The update of agents first..stop-1, prefetching their far rows (`Prefetch`) where
+    far_ptr has rows; scaled: `sums` and `counts` hold S / rho and
     n / rho already (the same numbers: each is one division either way).  With rows in
     `moved`, each center's move is added to it (row_sums.add_moves, or _add_moves for centers
     narrower than a vector); with rows in `edge_sums`, each agent's `_up_edge_sum` of ext, from
@@ -404,7 +456,7 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
     straight into `out`, where the next update may find them in the cache."""
     width = centers.shape[1] * centers.shape[2]
     _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, streamed,
+                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
                  _update_scratch(width), first, stop)
 
 
@@ -417,8 +469,8 @@ def _update_scratch(width):
 
 @njit(**_JIT)
 def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, streamed, scratch_space, first,
-                 stop):
+                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+                 scratch_space, first, stop):
     """`_update` in `scratch_space` (`_update_scratch`), so that many updates in a row allocate
     it once: a few agents' update takes microseconds, of which three allocations were a tenth."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
@@ -433,7 +485,14 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
     faulty = enabled(fault_params)
     tracking = moved.shape[0] > 0
     measuring = edge_sums.shape[0] > 0
+    prefetching = far_ptr.shape[0] > 0
     for a in range(first, stop):
+        ahead = a + PREFETCH_AGENTS
+        if prefetching and ahead < stop:        # what agent `ahead` will read, and where it will write
+            prefetch_rows(flat_ext, far_idx, far_ptr[ahead], far_ptr[ahead + 1])
+            prefetch_row(flat_sums, ahead)
+            if not streamed:
+                prefetch_row(flat_out, ahead)
         if measuring:                           # of x(t), every edge whatever the faults
             edge_sums[a] = _up_edge_sum(flat_ext, a, edge_first[a], nbr_ptr[a + 1], nbr_idx, gaps)
         if faulty and not takes_part(fault_params, agent_ids[a], update):
@@ -481,36 +540,36 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
 
 @njit(parallel=True, **_JIT)
 def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, streamed, n_ranges,
-                     n_agents):
+                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+                     n_ranges, n_agents):
     for r in prange(n_ranges):
         _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, streamed,
+                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
                 r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
 @njit(**_JIT)
 def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update, n_updates,
-             agent_ids, ext_ids, streamed, first, stop):
+             agent_ids, ext_ids, far_ptr, far_idx, streamed, first, stop):
     # No moves, edge sums or their first entries (a global array would be read-only to numba).
     untracked, unmeasured, unstarted = np.zeros((0, 0)), np.zeros(0), np.zeros(0, dtype=np.int64)
     scratch_space = _update_scratch(current.shape[1] * current.shape[2])
     for step in range(n_updates):
         _update_with(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
                      first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, unstarted,
-                     streamed, scratch_space, first, stop)
+                     far_ptr, far_idx, streamed, scratch_space, first, stop)
         current, spare = spare, current
 
 
 @njit(parallel=True, **_JIT)
 def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_params, first_update,
-                      n_updates, agent_ids, ext_ids, streamed, n_ranges, n_agents):
+                      n_updates, agent_ids, ext_ids, far_ptr, far_idx, streamed, n_ranges, n_agents):
     untracked, unmeasured, unstarted = np.zeros((0, 0)), np.zeros(0), np.zeros(0, dtype=np.int64)
     for step in range(n_updates):           # each update reads the whole previous one: ranges join per step
         for r in prange(n_ranges):
             _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
                     first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, unstarted,
-                    streamed, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+                    far_ptr, far_idx, streamed, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
         current, spare = spare, current
 
 
@@ -519,7 +578,8 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
                   faults: FaultModel = NO_FAULTS, update: int = 0, agent_ids: np.ndarray = NO_IDS,
                   ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
                   move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS,
-                  edge_first: np.ndarray = NO_IDS, streamed: bool = False) -> np.ndarray:
+                  edge_first: np.ndarray = NO_IDS, streamed: bool = False,
+                  prefetch: Prefetch = NO_PREFETCH) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -544,6 +604,9 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
 
     streamed : whether the new centers are written past the caches (row_sums.store_row,
     where out's rows are aligned; the same numbers either way; StoreChoice decides a run's).
+
+    prefetch : the agents' `far_rows` (over these nbr_ptr and nbr_idx), to prefetch with
+    each agent's sums and new centers a few agents ahead; the same numbers either way.
     """
     if out is None:
         out = np.empty_like(centers)
@@ -556,25 +619,28 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
     single, f64_err, eta = move_terms
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
-                bool(single), float(f64_err), float(eta), edge_sums, edge_first, bool(streamed), numbers=centers.size)
+                bool(single), float(f64_err), float(eta), edge_sums, edge_first, prefetch.far_ptr, prefetch.rows,
+                bool(streamed), numbers=centers.size)
     return out
 
 
 def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.ndarray, nbr_idx: np.ndarray,
                          sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, n_updates: int,
                          faults: FaultModel = NO_FAULTS, first_update: int = 0, agent_ids: np.ndarray = NO_IDS,
-                         ext_ids: np.ndarray = NO_IDS, streamed: bool = False) -> np.ndarray:
+                         ext_ids: np.ndarray = NO_IDS, streamed: bool = False,
+                         prefetch: Prefetch = NO_PREFETCH) -> np.ndarray:
     """`n_updates` center updates in one call, for a block whose agents' neighbours are all
     its own (nbr_idx indexes the block's centers; no ghosts): each is `center_update` from
     the last, alternating between `current` and `spare`.  Returns the array holding the
     result.  Bit for bit the updates one by one, without a Python call and an exchange
     per update: on one rank, a run's inner updates and the estimator's cost microseconds
-    each, not tens.  streamed : as center_update's."""
+    each, not tens.  streamed and prefetch : as center_update's."""
     if (len(agent_ids) != len(current) or len(ext_ids) != len(current)) and faults is not NO_FAULTS:
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
     in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
                 counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
-                ext_ids, bool(streamed), numbers=current.size)      # the threads join every update
+                ext_ids, prefetch.far_ptr, prefetch.rows, bool(streamed),
+                numbers=current.size)               # the threads join every update
     return spare if n_updates % 2 else current
 
 
@@ -807,11 +873,13 @@ def warm_up(dtype: np.dtype | type, ghosts: bool | None = None) -> None:
     sums, counts = np.zeros((1, 1, 1)), np.zeros((1, 1))
     nbr = np.zeros(1, dtype=np.int64)
     nbr_rows = np.zeros(1, dtype=np.int32)   # a halo plan's nbr_idx
+    prefetch = far_rows(np.array([0, 0]), nbr_rows, 1)
     if ghosts is None or ghosts:
-        center_update(centers, centers, np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0)
+        center_update(centers, centers, np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, prefetch=prefetch)
         first_up_edges(nbr, np.array([0, 0]), nbr_rows, nbr)
     if ghosts is None or not ghosts:
-        local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2)
+        local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2,
+                             prefetch=prefetch)
         edge_disagreement(centers, nbr, np.array([0, 0]), nbr_rows, nbr)
     exact_partials(np.zeros(1))
     merge_partials(coordinate_partials(centers), coordinate_partials(centers))  # rank 0's, of 2+ ranks

@@ -16,6 +16,9 @@ numbers, so six hot loops ran scalar or went through memory:
   rows that `transpose_rows` turns into columns eight by eight in registers;
 * the new centers, a stream larger than the caches: `store_row` writes them without
   first reading them into the cache;
+* the rows an update will need a few agents on and the caches no longer hold: the
+  hardware sees no pattern in them, so `prefetch_rows` and `prefetch_row` ask for their
+  lines while the rows at hand are summed;
 * the search of a row's best and second-best center: a chain of K comparisons a row.
   The screening's `rank_row` ranks eight centers a vector, then merges the lanes; the
   exact pass's `rank_columns` ranks eight rows a vector, each lane a row, and
@@ -775,6 +778,67 @@ def add_moves(typingctx, moved, agent, x, o, n_features, single, f64_err, eta):
                 groups(True)
             with wide:
                 groups(False)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _prefetch_lines(builder, start, row_bytes):
+    """Asks the caches for every 64-byte line of the row of row_bytes bytes at `start`."""
+    i64, i32 = ir.IntType(64), ir.IntType(32)
+    i8p = ir.IntType(8).as_pointer()
+    prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                              "llvm.prefetch.p0i8")
+    n_lines = builder.udiv(builder.add(row_bytes, ir.Constant(i64, 63)), ir.Constant(i64, 64))
+    with cgutils.for_range(builder, n_lines) as loop:
+        line = builder.add(start, builder.mul(loop.index, ir.Constant(i64, 64)))
+        # A read, to be kept in every level of cache, of data.
+        builder.call(prefetch, [builder.inttoptr(line, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                ir.Constant(i32, 1)])
+
+
+def _row_start(context, builder, rows_type, rows_arg, number):
+    rows_array = context.make_array(rows_type)(context, builder, rows_arg)
+    row_bytes = builder.extract_value(rows_array.strides, 0)
+    start = builder.add(builder.ptrtoint(rows_array.data, ir.IntType(64)), builder.mul(number, row_bytes))
+    return start, row_bytes
+
+
+@intrinsic
+def prefetch_rows(typingctx, rows, index, first, stop):
+    """Prefetches rows[index[e]] for e in first..stop-1 (every line of each), the way a
+    load would bring them, without waiting for them and without faulting.  rows : 2-D
+    C order; index : 1-D integer array."""
+    if not (isinstance(rows, types.Array) and rows.ndim == 2 and rows.layout == "C"
+            and isinstance(index, types.Array) and index.ndim == 1 and isinstance(index.dtype, types.Integer)
+            and isinstance(first, types.Integer) and isinstance(stop, types.Integer)):
+        return None
+    sig = types.void(rows, index, first, stop)
+
+    def codegen(context, builder, sig, args):
+        rows_arg, index_arg, first_arg, stop_arg = args
+        index_array = context.make_array(sig.args[1])(context, builder, index_arg)
+        first, stop = _as_i64(builder, first_arg, sig.args[2]), _as_i64(builder, stop_arg, sig.args[3])
+        with cgutils.for_range_slice(builder, first, stop, ir.Constant(ir.IntType(64), 1), inc=True) as (e, _):
+            row = _as_i64(builder, builder.load(builder.gep(index_array.data, [e])), sig.args[1].dtype)
+            _prefetch_lines(builder, *_row_start(context, builder, sig.args[0], rows_arg, row))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch_row(typingctx, rows, row):
+    """Prefetches rows[row] (every line of it), as prefetch_rows does."""
+    if not (isinstance(rows, types.Array) and rows.ndim == 2 and rows.layout == "C"
+            and isinstance(row, types.Integer)):
+        return None
+    sig = types.void(rows, row)
+
+    def codegen(context, builder, sig, args):
+        rows_arg, row_arg = args
+        _prefetch_lines(builder, *_row_start(context, builder, sig.args[0], rows_arg,
+                                             _as_i64(builder, row_arg, sig.args[1])))
         return context.get_dummy_value()
 
     return sig, codegen

@@ -195,7 +195,7 @@ def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, alig
     into `out` in place or streamed past the caches, aligned (where rows of whole vectors
     are streamed) or not."""
     rng = np.random.default_rng(degree)
-    (k, p), n_local = width, 3
+    (k, p), n_local = width, 3 + kernels.PREFETCH_AGENTS      # an agent on which another prefetches
     n_ext = n_local + max(12, degree + 1)
     ext = rng.standard_normal((n_ext, k, p)) * 10.0 ** rng.integers(-8, 8, size=(n_ext, k, p))
     nbr_idx = np.concatenate([np.sort(rng.choice(np.arange(n_ext), degree, replace=False))
@@ -209,9 +209,13 @@ def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, alig
         assert out.ctypes.data % kernels.ALIGNMENT == 0
     else:                           # one number past an aligned start
         out = kernels.written_zeros(n_local * k * p + 1)[1:].reshape(n_local, k, p)
+    prefetch = kernels.far_rows(nbr_ptr, nbr_idx, n_ext)
     for streamed in (False, True):
         out[:] = np.nan
         kernels.center_update(*problem, 3.0, 0.6, out=out, streamed=streamed)
+        np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
+        out[:] = np.nan             # and where the far rows are prefetched
+        kernels.center_update(*problem, 3.0, 0.6, out=out, streamed=streamed, prefetch=prefetch)
         np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
 
 
@@ -288,10 +292,15 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
         got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9, n_updates,
                                            faults=faults, first_update=11, agent_ids=agent_ids, ext_ids=agent_ids,
                                            streamed=streamed)
+        assert got is (spare if n_updates % 2 else current)
+        np.testing.assert_array_equal(got, expected)
+        current[:], spare[:] = start, np.nan            # the same, the far rows prefetched
+        got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums, counts, 7.0, 0.9, n_updates,
+                                           faults=faults, first_update=11, agent_ids=agent_ids, ext_ids=agent_ids,
+                                           streamed=streamed, prefetch=kernels.far_rows(nbr_ptr, nbr_idx, n_agents))
+        np.testing.assert_array_equal(got, expected)
     finally:
         kernels.set_threads(1)
-    assert got is (spare if n_updates % 2 else current)
-    np.testing.assert_array_equal(got, expected)
 
 
 def test_disagreement_and_move():
@@ -414,6 +423,30 @@ def test_first_up_edges_start_each_agents_edges_to_higher_ids():
                      nbr_ptr[a + 1]) for a in range(len(agents))]
     np.testing.assert_array_equal(first, expected)
     assert (first == nbr_ptr[1:]).any() and (first == nbr_ptr[:-1]).any() and (first < nbr_ptr[1:]).any()
+
+
+@pytest.mark.parametrize("far_entries", [0, 3, 10**6])
+def test_far_rows_are_those_not_read_lately(far_entries, monkeypatch):
+    """An agent's far rows are its neighbour rows read last more than FAR_ENTRIES entries
+    before (in the update's order: agents ascending, each one's entries in order), or
+    never: against a replay in Python.  With 0 every entry but a repeat of the one just
+    before; with a million only each row's first read."""
+    rng = np.random.default_rng(5)
+    agents, ext_ids, nbr_ptr, nbr_idx = random_block_graph(rng, 40, 60, 7)
+    monkeypatch.setattr(kernels, "FAR_ENTRIES", far_entries)
+    prefetch = kernels.far_rows(nbr_ptr, nbr_idx, len(ext_ids))
+    last_read, expected_ptr, expected = {}, [0], []
+    for a in range(len(agents)):
+        for e in range(nbr_ptr[a], nbr_ptr[a + 1]):
+            row = nbr_idx[e]
+            if e - last_read.get(row, -far_entries - 1) > far_entries:
+                expected.append(row)
+            last_read[row] = e
+        expected_ptr.append(len(expected))
+    np.testing.assert_array_equal(prefetch.far_ptr, expected_ptr)
+    np.testing.assert_array_equal(prefetch.rows, expected)
+    assert prefetch.rows.dtype == nbr_idx.dtype
+    assert 0 < len(expected) <= len(nbr_idx) and (far_entries or len(expected) == len(nbr_idx))
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread is all numba has here")
