@@ -407,10 +407,27 @@ class _NKMeans:
         self.edge_sums = np.zeros(0 if self.one_call else len(loop.agents))
         self.edge_first = kernels.NO_IDS if self.one_call else kernels.first_up_edges(
             self.plan.agents, self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.ext_ids)
+        # Each agent's largest squared center move, written by a monitoring point's update
+        # where it is the iteration's only one: the largest move without reading both centers again.
+        self.steps = kernels.written_zeros(0 if self.one_call or options.inner > 1 else len(loop.agents))
         # The neighbour rows each update would wait for, which it asks for a few agents ahead.
         self.prefetch = kernels.far_rows(self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.n_ext)
-        self.stores = kernels.StoreChoice(self.exchange.spare.nbytes)
+        # Whether the updates write past the caches: both ways tried now, on this run's own update.
+        self.streamed = kernels.choose_stores(self.exchange.spare.nbytes, self._spare_update)
         self.pass_offsets = loop.offsets
+
+    def _spare_update(self, streamed: bool) -> None:
+        """One update of the current centers into the spare ones, from empty clusters and without
+        faults: what kernels.choose_stores times.  The loop overwrites the spare centers."""
+        plan, exchange, options = self.plan, self.exchange, self.loop.options
+        sums, counts = self.statistics[:2]
+        if self.one_call:
+            kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums, counts,
+                                         self.stages[0], options.alpha, 1, streamed=streamed, prefetch=self.prefetch)
+        else:
+            kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
+                                  self.stages[0], options.alpha, out=exchange.spare, streamed=streamed,
+                                  prefetch=self.prefetch)
 
     @property
     def pass_centers(self) -> np.ndarray:
@@ -435,18 +452,17 @@ class _NKMeans:
         timer.lap("local")
         stop.hear(exchange.finish())
         timer.lap("exchange")
-        if monitoring:
+        if monitoring and not len(self.steps):
             before = exchange.centers.copy() if inner > 1 else exchange.centers
         first_update = (iteration - 1) * inner + 1
         if self.one_call:                   # no ghosts: every update in one call, no exchanges between
             if monitoring:
                 disagreement = kernels.edge_disagreement(exchange.ext, plan.agents, plan.nbr_ptr, plan.nbr_idx,
                                                         plan.ext_ids)
-            with self.stores.trial() as streamed:
-                kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums,
-                                             counts, rho, options.alpha, inner, faults=self.faults,
-                                             first_update=first_update, agent_ids=plan.agents, ext_ids=plan.ext_ids,
-                                             streamed=streamed, prefetch=self.prefetch)
+            kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums, counts,
+                                         rho, options.alpha, inner, faults=self.faults, first_update=first_update,
+                                         agent_ids=plan.agents, ext_ids=plan.ext_ids, streamed=self.streamed,
+                                         prefetch=self.prefetch)
             if inner % 2:
                 exchange.swap()
         else:
@@ -457,21 +473,22 @@ class _NKMeans:
                     timer.lap("exchange")
                 # At a monitoring point the first update also sums the edges' gaps of x(t).
                 edge_sums = self.edge_sums if monitoring and not step else kernels.NO_EDGE_SUMS
-                with self.stores.trial(kind=len(edge_sums) > 0) as streamed:
-                    kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
-                                          rho, options.alpha, out=exchange.spare, faults=self.faults,
-                                          update=first_update + step, agent_ids=plan.agents, ext_ids=plan.ext_ids,
-                                          moved=self.local_pass.moved, move_terms=self.local_pass.move_terms,
-                                          edge_sums=edge_sums, edge_first=self.edge_first, streamed=streamed,
-                                          prefetch=self.prefetch)
+                steps = self.steps if monitoring else kernels.NO_EDGE_SUMS
+                kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts, rho,
+                                      options.alpha, out=exchange.spare, faults=self.faults, update=first_update + step,
+                                      agent_ids=plan.agents, ext_ids=plan.ext_ids, moved=self.local_pass.moved,
+                                      move_terms=self.local_pass.move_terms, edge_sums=edge_sums,
+                                      edge_first=self.edge_first, streamed=self.streamed, prefetch=self.prefetch,
+                                      steps=steps)
                 exchange.swap()
             if monitoring:
                 disagreement = kernels.exact_partials(self.edge_sums)
         timer.lap("update")
         at_rest = False
         if monitoring:
-            rested = loop.monitor.record(iteration, kernels.exact_partials(sse), disagreement, changed,
-                                         kernels.largest_move(before, exchange.centers), rho,
+            move = kernels.largest_of_steps(self.steps) if len(self.steps) else \
+                kernels.largest_move(before, exchange.centers)
+            rested = loop.monitor.record(iteration, kernels.exact_partials(sse), disagreement, changed, move, rho,
                                          options.stage_rest(self.rho_stage, self.n_points))
             if rested and self.rho_stage + 1 < len(self.stages):     # on to the next rho stretch
                 self.rho_stage += 1

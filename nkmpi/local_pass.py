@@ -49,8 +49,8 @@ from numba import njit, prange
 from .kernels import TILE as ROW_TILE
 from .kernels import (UNWEIGHTED, fold_block, in_parallel, row_weight, sum_block_rows, tile_distances, tile_rows,
                       written_zeros, zero_agent, zeroed_block)
-from .row_sums import (BOUND_MAX, BOUND_PAD, BOUND_TINY, FOLD_SHRINK, LANES, add_weighted_row, rank_bound_columns,
-                       rank_row)
+from .row_sums import (BOUND_MAX, BOUND_PAD, BOUND_TINY, FOLD_SHRINK, LANES, add_weighted_row, prefetch_span,
+                       rank_bound_columns, rank_row)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -507,6 +507,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     dots = np.empty(tile_size + LANES, dtype=points.dtype)[:tile_size].reshape((tile_size // n_clusters, n_clusters))
     center_norm = np.empty(n_clusters + LANES)
     move = np.empty((AGENT_CHUNK, n_clusters + 3))      # moves, then largest, second, largest's index
+    kept_now = np.empty(AGENT_CHUNK, dtype=np.bool_)    # whether the chunk's agents stay settled
     rows_t = np.zeros((n_features, tile_rows(n_clusters, ROW_TILE)), dtype=points.dtype)
     dist = np.empty((n_clusters, rows_t.shape[1]), dtype=points.dtype)   # whole vectors of rows (tile_rows)
     ranked_best = np.empty(rows_t.shape[1], dtype=np.int64)
@@ -530,6 +531,15 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
     for chunk in range(first, stop, AGENT_CHUNK):
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
         _moves(centers, previous, moved, ready, chunk, chunk_stop, move, f64_err, eta)
+        for a in range(chunk, chunk_stop):      # which agents stay settled; the others' rows asked for
+            kept_now[a - chunk] = ready[a] and _settled(top, gap, a, move, a - chunk, n_clusters, exact_err, f64_err,
+                                                        eta)
+            if ready[a] and not kept_now[a - chunk]:
+                # A few agents among many: their rows are where no prefetcher looks.
+                prefetch_span(labels, offsets[a], offsets[a + 1])
+                prefetch_span(upper, offsets[a], offsets[a + 1])
+                prefetch_span(lower, offsets[a], offsets[a + 1])
+                prefetch_span(centers, a, a + 1)
         for a in range(chunk, chunk_stop):
             lo, hi = offsets[a], offsets[a + 1]
             blocked = m < len(block_agents) and block_agents[m] == a
@@ -537,7 +547,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
             m += blocked
             skipped = screened = assessed = 0
             rebased = kept = False          # every row's bounds written as of now; no row read
-            if ready[a] and _settled(top, gap, a, move, a - chunk, n_clusters, exact_err, f64_err, eta):
+            if kept_now[a - chunk]:
                 # Its rows are not read, and their bounds stay those of the pass that wrote
                 # them: the moves since then add up in `moved` (or are measured from
                 # `previous`) until a pass moves them onto the rows.

@@ -17,8 +17,9 @@ numbers, so six hot loops ran scalar or went through memory:
 * the new centers, a stream larger than the caches: `store_row` writes them without
   first reading them into the cache;
 * the rows an update will need a few agents on and the caches no longer hold: the
-  hardware sees no pattern in them, so `prefetch_rows` and `prefetch_row` ask for their
-  lines while the rows at hand are summed;
+  hardware sees no pattern in them, so `prefetch_rows` and `prefetch_span` ask for their
+  lines while the rows at hand are summed; so are the rows of the few agents a settled
+  pass opens;
 * the search of a row's best and second-best center: a chain of K comparisons a row.
   The screening's `rank_row` ranks eight centers a vector, then merges the lanes; the
   exact pass's `rank_columns` ranks eight rows a vector, each lane a row, and
@@ -828,17 +829,19 @@ def prefetch_rows(typingctx, rows, index, first, stop):
 
 
 @intrinsic
-def prefetch_row(typingctx, rows, row):
-    """Prefetches rows[row] (every line of it), as prefetch_rows does."""
-    if not (isinstance(rows, types.Array) and rows.ndim == 2 and rows.layout == "C"
-            and isinstance(row, types.Integer)):
+def prefetch_span(typingctx, array, first, stop):
+    """Prefetches array[first:stop] along its first axis (every line of those items or
+    rows), as prefetch_rows does.  For an array whose first axis is not contiguous, the
+    lines from its item `first` to its item `stop` are asked for: harmless, and of no use."""
+    if not (isinstance(array, types.Array) and isinstance(first, types.Integer) and isinstance(stop, types.Integer)):
         return None
-    sig = types.void(rows, row)
+    sig = types.void(array, first, stop)
 
     def codegen(context, builder, sig, args):
-        rows_arg, row_arg = args
-        _prefetch_lines(builder, *_row_start(context, builder, sig.args[0], rows_arg,
-                                             _as_i64(builder, row_arg, sig.args[1])))
+        array_arg, first_arg, stop_arg = args
+        first, stop = _as_i64(builder, first_arg, sig.args[1]), _as_i64(builder, stop_arg, sig.args[2])
+        start, item_bytes = _row_start(context, builder, sig.args[0], array_arg, first)
+        _prefetch_lines(builder, start, builder.mul(builder.sub(stop, first), item_bytes))
         return context.get_dummy_value()
 
     return sig, codegen

@@ -319,6 +319,32 @@ def test_disagreement_and_move():
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
 
 
+@pytest.mark.parametrize("width", [(1, 1), (4, 2), (8, 8), (9, 17)])
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("faulty", [False, True])
+def test_update_steps_give_the_largest_move(width, streamed, faulty):
+    """The largest move that an update's `steps` give (largest_of_steps) is largest_move of
+    the centers before and after it, bit for bit: written in place or streamed, where agents
+    sit out (steps of 0) and where clusters keep their centers, on moves of every size."""
+    rng = np.random.default_rng(width[0] * 100 + width[1])
+    (k, p), n_local = width, 11
+    ext = rng.standard_normal((n_local + 4, k, p)) * 10.0 ** rng.integers(-6, 6, size=(n_local + 4, k, p))
+    nbr_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size=n_local))])
+    nbr_idx = np.concatenate([np.sort(rng.choice(np.delete(np.arange(n_local + 4), a), nbr_ptr[a + 1] - nbr_ptr[a],
+                                                 replace=False)) for a in range(n_local)])
+    sums = rng.standard_normal((n_local, k, p))
+    counts = rng.integers(0, 3, size=(n_local, k)).astype(np.float64)
+    ids = np.arange(n_local + 4)
+    faults = FaultModel(seed=2, link_failure_prob=0.3, dropout_prob=0.3) if faulty else FaultModel(seed=2)
+    centers, out, steps = ext[:n_local].copy(), kernels.written_zeros((n_local, k, p)), np.full(n_local, np.nan)
+    kernels.center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, 2.0, 0.8, out=out, faults=faults, update=3,
+                          agent_ids=ids[:n_local], ext_ids=ids, streamed=streamed, steps=steps)
+    assert not np.isnan(steps).any() and (steps >= 0).all()
+    assert kernels.largest_of_steps(steps) == kernels.largest_move(centers, out)
+    with pytest.raises(ValueError, match="one place per agent"):
+        kernels.center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, 2.0, 0.8, steps=steps[1:])
+
+
 @pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("n_clusters", [1, 3, 8, 9, 17])
 @pytest.mark.parametrize("n_features", [1, 3, 7, 8, 9, 16, 17])
@@ -501,39 +527,32 @@ def test_exact_partials_sum_any_split_exactly(values, cuts):
     assert math.fsum(np.concatenate(blocks)) == math.fsum(values)
 
 
-def chosen_ways(choice, costs, kinds, clock):
-    """The ways `choice` writes calls of `kinds` in, each call taking costs(streamed, kind)
-    seconds on the fake `clock` kernels.time.perf_counter reads."""
+def tried_ways(out_bytes, costs, clock):
+    """(the choice, the ways tried) of choose_stores for an output of out_bytes, each update
+    taking costs(streamed) seconds on the fake `clock` kernels.time.perf_counter reads."""
     ways = []
-    for kind in kinds:
-        with choice.trial(kind) as streamed:
-            clock[0] += costs(streamed, kind)
+
+    def update(streamed):
         ways.append(streamed)
-    return ways
+        clock[0] += costs(streamed)
+
+    return kernels.choose_stores(out_bytes, update), ways
 
 
-def test_store_choice_tries_both_ways_and_keeps_the_faster(monkeypatch):
+def test_choose_stores_tries_both_ways_and_keeps_the_faster(monkeypatch):
     """Outputs smaller than STREAM_BYTES are written in place, untried; larger ones alternate,
-    streamed first, until each way has TRIALS calls (or one call each, when one way is
-    CLEARLY slower), then keep the faster way, whichever it is; calls of different kinds are
-    compared only with their own kind."""
+    streamed first, until each way has STORE_TRIALS updates (or one each, when one way is
+    CLEARLY_SLOWER), then keep the faster way, whichever it is, by its fastest update."""
     clock = [0.0]
     monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
-    trials = kernels.StoreChoice.TRIALS
-    small = kernels.StoreChoice(kernels.STREAM_BYTES - 1)
-    assert chosen_ways(small, lambda streamed, kind: 1.0 if streamed else 2.0, [None] * 6, clock) == [False] * 6
+    trials = kernels.STORE_TRIALS
+    assert tried_ways(kernels.STREAM_BYTES - 1, lambda streamed: 1.0 if streamed else 2.0, clock) == (False, [])
     for faster in (False, True):
-        choice = kernels.StoreChoice(kernels.STREAM_BYTES)
-        ways = chosen_ways(choice, lambda streamed, kind: 1.0 if streamed == faster else 1.2, [None] * 20, clock)
-        assert ways == [True, False] * trials + [faster] * (20 - 2 * trials)
-        # A way clearly slower after one call each is not tried again.
-        choice = kernels.StoreChoice(kernels.STREAM_BYTES)
-        ways = chosen_ways(choice, lambda streamed, kind: 1.0 if streamed == faster else 2.0, [None] * 20, clock)
-        assert ways == [True, False] + [faster] * 18
-    # Every other call is of a slower kind (it also sums the edges' gaps).  Alternating over all
-    # calls alike would time only streamed calls of the fast kind and in-place ones of the slow.
-    choice = kernels.StoreChoice(kernels.STREAM_BYTES)
-    kinds = [False, True] * 10
-    ways = chosen_ways(choice, lambda streamed, kind: (1.2 if streamed else 1.0) + 5.0 * kind, kinds, clock)
-    assert ways[:4 * trials] == [True, True, False, False] * trials
-    assert ways[4 * trials:] == [False] * (20 - 4 * trials)
+        assert tried_ways(kernels.STREAM_BYTES, lambda streamed: 1.0 if streamed == faster else 1.2, clock) == \
+            (faster, [True, False] * trials)
+        # A way clearly slower after one update each is not tried again.
+        assert tried_ways(kernels.STREAM_BYTES, lambda streamed: 1.0 if streamed == faster else 2.0, clock) == \
+            (faster, [True, False])
+    # The fastest update of each way decides, not the first: streamed's first is slow.
+    costs = iter([1.5, 1.2, 1.0, 1.2])
+    assert tried_ways(kernels.STREAM_BYTES, lambda streamed: next(costs), clock) == (True, [True, False] * trials)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from nkmpi import kernels
 from nkmpi.formats.dataset import coordinate_limit
 from nkmpi.local_pass import LAZY_OPEN, LocalPass, _fold_row, _keep_exact_bounds
-from nkmpi.row_sums import BLOCK, LANES, add_weighted_row, rank_bound_columns, rank_columns, rank_row, transpose_rows
+from nkmpi.row_sums import (BLOCK, LANES, add_weighted_row, prefetch_rows, prefetch_span, rank_bound_columns,
+                             rank_columns, rank_row, transpose_rows)
 
 DTYPES = [np.float64, np.float32]
 
@@ -1090,3 +1091,25 @@ def test_random_blocks(dtype, p, k, sizes, grid, kinds, buffers, threads, seed):
               centers=centers)
     finally:
         numba.set_num_threads(before)
+
+
+@numba.njit
+def _prefetched_then_summed(array, first, stop, rows, index):
+    prefetch_span(array, first, stop)
+    prefetch_rows(rows, index, 0, len(index))
+    return array.sum() + rows.sum()
+
+
+@pytest.mark.parametrize("array", [np.arange(40, dtype=np.int32), np.ones((6, 3, 5), dtype=np.float32),
+                                   np.ones((7, 9))[:, ::2], np.ones((9, 7), order="F")])
+def test_prefetches_change_nothing(array):
+    """prefetch_span and prefetch_rows compile for any array (any dtype, any number of axes,
+    strided or in Fortran order) and leave every number as it was, whatever they span: a
+    prefetch only asks the caches for lines, it reads nothing a program sees and never faults."""
+    rows = np.arange(32.0).reshape(4, 8)
+    before = array.copy(), rows.copy()
+    for first, stop in ((0, 0), (0, 1), (1, len(array)), (len(array) - 1, len(array) + 3)):
+        assert _prefetched_then_summed(array, first, stop, rows, np.array([3, 0, 3], dtype=np.int32)) == \
+            array.sum() + rows.sum()
+    np.testing.assert_array_equal(array, before[0])
+    np.testing.assert_array_equal(rows, before[1])

@@ -174,21 +174,23 @@ def test_a_one_sided_stored_graph_is_refused_by_every_rank(dataset, tmp_path, u,
     assert "iter" not in proc.stdout and not (tmp_path / "out.h5").exists()
 
 
-# `nkmpi run` whose updates may all be streamed (kernels.STREAM_BYTES 0: StoreChoice tries both
-# ways, then keeps one); prints, on rank 0, the ways each rank's updates were written in.
+# `nkmpi run` whose set-up tries both ways of writing the new centers (kernels.STREAM_BYTES 0:
+# choose_stores times each way), and whose loop then streams every update past the caches;
+# prints, on rank 0, the ways each rank's updates were written in.
 BOTH_WAYS = r"""
 import sys
 from mpi4py import MPI
 from nkmpi import cli, kernels
 
 kernels.STREAM_BYTES = 0
-ways, center_update = set(), kernels.center_update
+ways, center_update, choose_stores = set(), kernels.center_update, kernels.choose_stores
 
 def recorded(*args, streamed=False, **kwargs):
     ways.add(streamed)
     return center_update(*args, streamed=streamed, **kwargs)
 
 kernels.center_update = recorded
+kernels.choose_stores = lambda out_bytes, update: choose_stores(out_bytes, update) or True
 status = cli.main(sys.argv[1:])
 seen = MPI.COMM_WORLD.gather(sorted(ways))
 if MPI.COMM_WORLD.rank == 0:
@@ -198,8 +200,9 @@ sys.exit(status)
 
 
 def test_centers_streamed_or_written_in_place_give_one_result(dataset, tmp_path):
-    """On 2 ranks (ghosts: an update a call), updates that StoreChoice writes both ways, streamed
-    and in place, give the result file of a run whose updates all write in place, bit for bit."""
+    """On 2 ranks (ghosts: an update a call), a run whose set-up tries both ways of writing the
+    new centers and whose updates then all stream them past the caches gives the result file
+    of a run whose updates all write in place, bit for bit."""
     path = dataset[0]
     args = ["run", path, "-k", 4, "--graph", "ring", "--iters", 30, "--tol", 0, "--monitor-every", 4, "--seed", SEED,
             "--inner", 2]
