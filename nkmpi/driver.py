@@ -407,9 +407,6 @@ class _NKMeans:
         self.edge_sums = np.zeros(0 if self.one_call else len(loop.agents))
         self.edge_first = kernels.NO_IDS if self.one_call else kernels.first_up_edges(
             self.plan.agents, self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.ext_ids)
-        # Each agent's largest squared center move, written by a monitoring point's update
-        # where it is the iteration's only one: the largest move without reading both centers again.
-        self.steps = kernels.written_zeros(0 if self.one_call or options.inner > 1 else len(loop.agents))
         # The neighbour rows each update would wait for, which it asks for a few agents ahead.
         self.prefetch = kernels.far_rows(self.plan.nbr_ptr, self.plan.nbr_idx, self.plan.n_ext)
         # Whether the updates write past the caches: both ways tried now, on this run's own update.
@@ -452,7 +449,7 @@ class _NKMeans:
         timer.lap("local")
         stop.hear(exchange.finish())
         timer.lap("exchange")
-        if monitoring and not len(self.steps):
+        if monitoring:
             before = exchange.centers.copy() if inner > 1 else exchange.centers
         first_update = (iteration - 1) * inner + 1
         if self.one_call:                   # no ghosts: every update in one call, no exchanges between
@@ -473,22 +470,19 @@ class _NKMeans:
                     timer.lap("exchange")
                 # At a monitoring point the first update also sums the edges' gaps of x(t).
                 edge_sums = self.edge_sums if monitoring and not step else kernels.NO_EDGE_SUMS
-                steps = self.steps if monitoring else kernels.NO_EDGE_SUMS
                 kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts, rho,
                                       options.alpha, out=exchange.spare, faults=self.faults, update=first_update + step,
                                       agent_ids=plan.agents, ext_ids=plan.ext_ids, moved=self.local_pass.moved,
                                       move_terms=self.local_pass.move_terms, edge_sums=edge_sums,
-                                      edge_first=self.edge_first, streamed=self.streamed, prefetch=self.prefetch,
-                                      steps=steps)
+                                      edge_first=self.edge_first, streamed=self.streamed, prefetch=self.prefetch)
                 exchange.swap()
             if monitoring:
                 disagreement = kernels.exact_partials(self.edge_sums)
         timer.lap("update")
         at_rest = False
         if monitoring:
-            move = kernels.largest_of_steps(self.steps) if len(self.steps) else \
-                kernels.largest_move(before, exchange.centers)
-            rested = loop.monitor.record(iteration, kernels.exact_partials(sse), disagreement, changed, move, rho,
+            rested = loop.monitor.record(iteration, kernels.exact_partials(sse), disagreement, changed,
+                                         kernels.largest_move(before, exchange.centers), rho,
                                          options.stage_rest(self.rho_stage, self.n_points))
             if rested and self.rho_stage + 1 < len(self.stages):     # on to the next rho stretch
                 self.rho_stage += 1

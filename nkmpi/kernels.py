@@ -437,24 +437,10 @@ def _add_moves(moved, a, x, o, n_clusters, n_features, single, f64_err, eta):
         moved[a, k] = (moved[a, k] + np.sqrt(gap) * (1.0 + f64_err) + eta) * (1.0 + f64_err)
 
 
-@njit(inline='always', **_JIT)
-def _largest_step(x, o, n_clusters, n_features):
-    """The largest squared move of an agent's centers from x to o (flat K x p rows), each
-    center's squared differences added feature by feature from 0, as `largest_move` adds them."""
-    largest = 0.0
-    for k in range(n_clusters):
-        step = 0.0
-        for j in range(n_features):
-            diff = o[k * n_features + j] - x[k * n_features + j]
-            step += diff * diff
-        largest = max(largest, step)
-    return largest
-
-
 @njit(**_JIT)
 def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, steps, far_ptr, far_idx,
-            streamed, first, stop):
+            agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+            first, stop):
     """The update of agents first..stop-1, prefetching their far rows (`Prefetch`) where
     far_ptr has rows; scaled: `sums` and `counts` hold S / rho and
     n / rho already (the same numbers: each is one division either way).  With rows in
@@ -465,8 +451,8 @@ def _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, ou
     straight into `out`, where the next update may find them in the cache."""
     width = centers.shape[1] * centers.shape[2]
     _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, steps, far_ptr, far_idx,
-                 streamed, _update_scratch(width), first, stop)
+                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+                 _update_scratch(width), first, stop)
 
 
 @njit(inline='always', **_JIT)
@@ -478,8 +464,8 @@ def _update_scratch(width):
 
 @njit(**_JIT)
 def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, steps, far_ptr, far_idx,
-                 streamed, scratch_space, first, stop):
+                 agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+                 scratch_space, first, stop):
     """`_update` in `scratch_space` (`_update_scratch`), so that many updates in a row allocate
     it once: a few agents' update takes microseconds, of which three allocations were a tenth."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
@@ -494,7 +480,6 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
     faulty = enabled(fault_params)
     tracking = moved.shape[0] > 0
     measuring = edge_sums.shape[0] > 0
-    stepping = steps.shape[0] > 0
     prefetching = far_ptr.shape[0] > 0
     for a in range(first, stop):
         ahead = a + PREFETCH_AGENTS
@@ -507,8 +492,6 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
             edge_sums[a] = _up_edge_sum(flat_ext, a, edge_first[a], nbr_ptr[a + 1], nbr_idx, gaps)
         if faulty and not takes_part(fault_params, agent_ids[a], update):
             out[a] = centers[a]
-            if stepping:
-                steps[a] = 0.0                  # no center of it moves
             continue
         for w in range(width):
             total[w] = 0
@@ -539,8 +522,6 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
                     w = base + j
                     mu = (s[w] / rho + total[w]) / weight
                     o[w] = x[w] - alpha * (x[w] - mu)
-        if stepping:
-            steps[a] = _largest_step(x, o, n_clusters, n_features)
         if tracking:
             if n_features >= LANES:         # whole vectors a center: eight centers at a time
                 add_moves(moved, a, x, o, n_features, single, f64_err, eta)
@@ -554,12 +535,12 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
 
 @njit(parallel=True, **_JIT)
 def _update_parallel(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, steps, far_ptr, far_idx,
-                     streamed, n_ranges, n_agents):
+                     agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+                     n_ranges, n_agents):
     for r in prange(n_ranges):
         _update(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alpha, out, fault_params, update,
-                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, steps, far_ptr, far_idx,
-                streamed, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+                agent_ids, ext_ids, moved, single, f64_err, eta, edge_sums, edge_first, far_ptr, far_idx, streamed,
+                r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
 
 
 @njit(**_JIT)
@@ -571,7 +552,7 @@ def _updates(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha, fault_p
     for step in range(n_updates):
         _update_with(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
                      first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, unstarted,
-                     unmeasured, far_ptr, far_idx, streamed, scratch_space, first, stop)
+                     far_ptr, far_idx, streamed, scratch_space, first, stop)
         current, spare = spare, current
 
 
@@ -583,7 +564,7 @@ def _updates_parallel(current, spare, nbr_ptr, nbr_idx, sums, counts, rho, alpha
         for r in prange(n_ranges):
             _update(current, current, nbr_ptr, nbr_idx, sums, counts, rho, True, alpha, spare, fault_params,
                     first_update + step, agent_ids, ext_ids, untracked, False, 0.0, 0.0, unmeasured, unstarted,
-                    unmeasured, far_ptr, far_idx, streamed, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+                    far_ptr, far_idx, streamed, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
         current, spare = spare, current
 
 
@@ -593,7 +574,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
                   ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
                   move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS,
                   edge_first: np.ndarray = NO_IDS, streamed: bool = False,
-                  prefetch: Prefetch = NO_PREFETCH, steps: np.ndarray = NO_EDGE_SUMS) -> np.ndarray:
+                  prefetch: Prefetch = NO_PREFETCH) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -621,10 +602,6 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
 
     prefetch : the agents' `far_rows` (over these nbr_ptr and nbr_idx), to prefetch with
     each agent's sums and new centers a few agents ahead; the same numbers either way.
-
-    steps : (L,) where to write each agent's largest squared center move in this update, as
-    `largest_move` measures it (`largest_of_steps(steps)` is then largest_move(centers,
-    out)) while both centers are at hand; by default nothing.
     """
     if out is None:
         out = np.empty_like(centers)
@@ -632,15 +609,13 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
     if len(edge_sums) and (edge_sums.shape != (len(centers),) or edge_first.shape != (len(centers),)):
         raise ValueError("edge sums need one place and one first entry (first_up_edges) per agent")
-    if len(steps) and steps.shape != (len(centers),):
-        raise ValueError("steps need one place per agent")
     if len(moved) and moved.shape != centers.shape[:2]:
         raise ValueError(f"moved must hold one number per center, {centers.shape[:2]}, not {moved.shape}")
     single, f64_err, eta = move_terms
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
                 float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
-                bool(single), float(f64_err), float(eta), edge_sums, edge_first, steps, prefetch.far_ptr,
-                prefetch.rows, bool(streamed), numbers=centers.size)
+                bool(single), float(f64_err), float(eta), edge_sums, edge_first, prefetch.far_ptr, prefetch.rows,
+                bool(streamed), numbers=centers.size)
     return out
 
 
@@ -880,20 +855,6 @@ def largest_move(old: np.ndarray, new: np.ndarray) -> float:
     return float(_largest_move(old, new))
 
 
-@njit(**_JIT)
-def _largest_of(steps):
-    largest = 0.0
-    for step in steps:
-        largest = max(largest, step)
-    return np.sqrt(largest)
-
-
-def largest_of_steps(steps: np.ndarray) -> float:
-    """largest_move of an update from the agents' largest squared moves that center_update
-    wrote in `steps`: the same number, the same maxima taken, without reading both arrays of
-    centers again."""
-    return float(_largest_of(steps))
-
 
 def warm_up(dtype: np.dtype | type, ghosts: bool | None = None) -> None:
     """Load (or compile) the loop's kernels for data of `dtype` before timing or measuring memory.
@@ -912,7 +873,6 @@ def warm_up(dtype: np.dtype | type, ghosts: bool | None = None) -> None:
     if ghosts is None or ghosts:
         center_update(centers, centers, np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, prefetch=prefetch)
         first_up_edges(nbr, np.array([0, 0]), nbr_rows, nbr)
-        largest_of_steps(np.zeros(1))
     if ghosts is None or not ghosts:
         local_center_updates(centers, centers.copy(), np.array([0, 0]), nbr_rows, sums, counts, 1.0, 1.0, 2,
                              prefetch=prefetch)

@@ -591,6 +591,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                                 _fold_row(top, gap, a, b, upper[row], lower[row])
                             else:
                                 pending[n_pending], pending_low[n_pending] = row, low
+                                prefetch_span(points, row, row + 1)     # read once the list is assessed
                                 n_pending += 1
                     else:
                         for row in range(start, rows_stop):
@@ -599,6 +600,7 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                             low = (np.float64(lower[row]) - (second if b == largest_k else largest)) * (1.0 - f64_err)
                             if not (low > 0 and _separated(up * up, low * low, exact_err, eta)):
                                 pending[n_pending], pending_low[n_pending] = row, low
+                                prefetch_span(points, row, row + 1)     # read once the list is assessed
                                 n_pending += 1
                     if n_pending and (rows_stop == hi or n_pending > len(pending) - ROW_TILE):
                         for q in range(n_pending):          # _assess_pending reorders `pending`

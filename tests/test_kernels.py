@@ -319,32 +319,6 @@ def test_disagreement_and_move():
     assert kernels.largest_move(ext, new) == pytest.approx(np.sqrt(((new - ext) ** 2).sum(-1)).max(), rel=1e-14)
 
 
-@pytest.mark.parametrize("width", [(1, 1), (4, 2), (8, 8), (9, 17)])
-@pytest.mark.parametrize("streamed", [False, True])
-@pytest.mark.parametrize("faulty", [False, True])
-def test_update_steps_give_the_largest_move(width, streamed, faulty):
-    """The largest move that an update's `steps` give (largest_of_steps) is largest_move of
-    the centers before and after it, bit for bit: written in place or streamed, where agents
-    sit out (steps of 0) and where clusters keep their centers, on moves of every size."""
-    rng = np.random.default_rng(width[0] * 100 + width[1])
-    (k, p), n_local = width, 11
-    ext = rng.standard_normal((n_local + 4, k, p)) * 10.0 ** rng.integers(-6, 6, size=(n_local + 4, k, p))
-    nbr_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size=n_local))])
-    nbr_idx = np.concatenate([np.sort(rng.choice(np.delete(np.arange(n_local + 4), a), nbr_ptr[a + 1] - nbr_ptr[a],
-                                                 replace=False)) for a in range(n_local)])
-    sums = rng.standard_normal((n_local, k, p))
-    counts = rng.integers(0, 3, size=(n_local, k)).astype(np.float64)
-    ids = np.arange(n_local + 4)
-    faults = FaultModel(seed=2, link_failure_prob=0.3, dropout_prob=0.3) if faulty else FaultModel(seed=2)
-    centers, out, steps = ext[:n_local].copy(), kernels.written_zeros((n_local, k, p)), np.full(n_local, np.nan)
-    kernels.center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, 2.0, 0.8, out=out, faults=faults, update=3,
-                          agent_ids=ids[:n_local], ext_ids=ids, streamed=streamed, steps=steps)
-    assert not np.isnan(steps).any() and (steps >= 0).all()
-    assert kernels.largest_of_steps(steps) == kernels.largest_move(centers, out)
-    with pytest.raises(ValueError, match="one place per agent"):
-        kernels.center_update(centers, ext, nbr_ptr, nbr_idx, sums, counts, 2.0, 0.8, steps=steps[1:])
-
-
 @pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("n_clusters", [1, 3, 8, 9, 17])
 @pytest.mark.parametrize("n_features", [1, 3, 7, 8, 9, 16, 17])
