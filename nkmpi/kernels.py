@@ -396,6 +396,7 @@ def far_rows(nbr_ptr: np.ndarray, nbr_idx: np.ndarray, n_rows: int) -> Prefetch:
     _far_rows(nbr_ptr, nbr_idx, n_rows, FAR_ENTRIES, far_ptr, rows)
     return Prefetch(far_ptr, rows)
 
+
 #: No moves tracked (center_update's `moved`); never written, passed as an argument.
 NO_MOVES = np.zeros((0, 0))
 #: No edge sums measured (center_update's `edge_sums`); never written.
@@ -853,7 +854,6 @@ def _largest_move(old, new):
 def largest_move(old: np.ndarray, new: np.ndarray) -> float:
     """Largest Euclidean distance any center moved."""
     return float(_largest_move(old, new))
-
 
 
 def warm_up(dtype: np.dtype | type, ghosts: bool | None = None) -> None:
