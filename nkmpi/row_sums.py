@@ -785,12 +785,14 @@ def add_moves(typingctx, moved, agent, x, o, n_features, single, f64_err, eta):
 
 
 def _prefetch_lines(builder, start, row_bytes):
-    """Asks the caches for every 64-byte line of the row of row_bytes bytes at `start`."""
+    """Asks the caches for every 64-byte line of the row of row_bytes bytes at `start`; none
+    where row_bytes is 0 or less (a backward span, or a reversed array's negative stride)."""
     i64, i32 = ir.IntType(64), ir.IntType(32)
     i8p = ir.IntType(8).as_pointer()
     prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                               "llvm.prefetch.p0i8")
-    n_lines = builder.udiv(builder.add(row_bytes, ir.Constant(i64, 63)), ir.Constant(i64, 64))
+    # Signed: for_range compares signed, so a count of 0 or less runs no iteration.
+    n_lines = builder.sdiv(builder.add(row_bytes, ir.Constant(i64, 63)), ir.Constant(i64, 64))
     with cgutils.for_range(builder, n_lines) as loop:
         line = builder.add(start, builder.mul(loop.index, ir.Constant(i64, 64)))
         # A read, to be kept in every level of cache, of data.
@@ -799,6 +801,7 @@ def _prefetch_lines(builder, start, row_bytes):
 
 
 def _row_start(context, builder, rows_type, rows_arg, number):
+    """(where row `number` of the array starts, its first axis's stride), both in bytes."""
     rows_array = context.make_array(rows_type)(context, builder, rows_arg)
     row_bytes = builder.extract_value(rows_array.strides, 0)
     start = builder.add(builder.ptrtoint(rows_array.data, ir.IntType(64)), builder.mul(number, row_bytes))
@@ -831,8 +834,9 @@ def prefetch_rows(typingctx, rows, index, first, stop):
 @intrinsic
 def prefetch_span(typingctx, array, first, stop):
     """Prefetches array[first:stop] along its first axis (every line of those items or
-    rows), as prefetch_rows does.  For an array whose first axis is not contiguous, the
-    lines from its item `first` to its item `stop` are asked for: harmless, and of no use."""
+    rows), as prefetch_rows does; nothing where stop <= first.  For an array whose first
+    axis is not contiguous, the lines from its item `first` to its item `stop` are asked
+    for (none where its stride is negative): harmless, and of no use."""
     if not (isinstance(array, types.Array) and isinstance(first, types.Integer) and isinstance(stop, types.Integer)):
         return None
     sig = types.void(array, first, stop)

@@ -1101,14 +1101,16 @@ def _prefetched_then_summed(array, first, stop, rows, index):
 
 
 @pytest.mark.parametrize("array", [np.arange(40, dtype=np.int32), np.ones((6, 3, 5), dtype=np.float32),
-                                   np.ones((7, 9))[:, ::2], np.ones((9, 7), order="F")])
+                                   np.ones((7, 9))[:, ::2], np.ones((9, 7), order="F"), np.arange(30.0)[::-1]])
 def test_prefetches_change_nothing(array):
     """prefetch_span and prefetch_rows compile for any array (any dtype, any number of axes,
-    strided or in Fortran order) and leave every number as it was, whatever they span: a
-    prefetch only asks the caches for lines, it reads nothing a program sees and never faults."""
+    strided, reversed or in Fortran order) and leave every number as it was, whatever they
+    span, an empty or backward span included: a prefetch only asks the caches for lines, it
+    reads nothing a program sees and never faults.  (Each call ends: the test's timeout
+    catches a span whose byte count, negative, were read as a huge unsigned one.)"""
     rows = np.arange(32.0).reshape(4, 8)
     before = array.copy(), rows.copy()
-    for first, stop in ((0, 0), (0, 1), (1, len(array)), (len(array) - 1, len(array) + 3)):
+    for first, stop in ((0, 0), (0, 1), (1, len(array)), (len(array) - 1, len(array) + 3), (3, 1)):
         assert _prefetched_then_summed(array, first, stop, rows, np.array([3, 0, 3], dtype=np.int32)) == \
             array.sum() + rows.sum()
     np.testing.assert_array_equal(array, before[0])
