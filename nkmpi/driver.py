@@ -340,7 +340,8 @@ class _Loop:
             iteration, converged, interrupted = self.iterate(algorithm, stop, checkpoint, checkpoint_every)
         self.timer.charge_since("loop", loop_started)
         if not interrupted:     # each row's nearest final center: one more pass, with its bounds and sums
-            algorithm.local_pass.run(algorithm.pass_centers, self.labels, algorithm.statistics)
+            algorithm.local_pass.run(algorithm.pass_centers, self.labels, algorithm.statistics,
+                                     scale=algorithm.local_pass.scale)
         result = self.result(algorithm, iteration, converged, interrupted)
         algorithm.free()
         return result
@@ -420,11 +421,12 @@ class _NKMeans:
         sums, counts = self.statistics[:2]
         if self.one_call:
             kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums, counts,
-                                         self.stages[0], options.alpha, 1, streamed=streamed, prefetch=self.prefetch)
+                                         self.stages[0], options.alpha, 1, streamed=streamed, prefetch=self.prefetch,
+                                         scaled=True)
         else:
             kernels.center_update(exchange.centers, exchange.ext, plan.nbr_ptr, plan.nbr_idx, sums, counts,
                                   self.stages[0], options.alpha, out=exchange.spare, streamed=streamed,
-                                  prefetch=self.prefetch)
+                                  prefetch=self.prefetch, scaled=True)
 
     @property
     def pass_centers(self) -> np.ndarray:
@@ -443,7 +445,8 @@ class _NKMeans:
         rho = self.stages[self.rho_stage]
         monitoring = options.is_monitor_point(iteration)
         exchange.start(stop.deadline)
-        sums, counts, changed = self.local_pass.run(exchange.centers, loop.labels, self.statistics)
+        # Sums and counts divided by rho as the pass sums them (scaled), not in every update.
+        sums, counts, changed = self.local_pass.run(exchange.centers, loop.labels, self.statistics, scale=rho)
         if monitoring:
             sse = self.local_pass.sse(exchange.centers, loop.labels, self.statistics[2])
         timer.lap("local")
@@ -459,7 +462,7 @@ class _NKMeans:
             kernels.local_center_updates(exchange.centers, exchange.spare, plan.nbr_ptr, plan.nbr_idx, sums, counts,
                                          rho, options.alpha, inner, faults=self.faults, first_update=first_update,
                                          agent_ids=plan.agents, ext_ids=plan.ext_ids, streamed=self.streamed,
-                                         prefetch=self.prefetch)
+                                         prefetch=self.prefetch, scaled=True)
             if inner % 2:
                 exchange.swap()
         else:
@@ -474,7 +477,8 @@ class _NKMeans:
                                       options.alpha, out=exchange.spare, faults=self.faults, update=first_update + step,
                                       agent_ids=plan.agents, ext_ids=plan.ext_ids, moved=self.local_pass.moved,
                                       move_terms=self.local_pass.move_terms, edge_sums=edge_sums,
-                                      edge_first=self.edge_first, streamed=self.streamed, prefetch=self.prefetch)
+                                      edge_first=self.edge_first, streamed=self.streamed, prefetch=self.prefetch,
+                                      scaled=True)
                 exchange.swap()
             if monitoring:
                 disagreement = kernels.exact_partials(self.edge_sums)

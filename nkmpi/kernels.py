@@ -35,8 +35,8 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from .faults import NO_FAULTS, FaultModel, enabled, link_up, takes_part
-from .row_sums import (LANES, add_moves, add_row_vectors, add_squared_gaps, prefetch_rows, prefetch_span, store_row,
-                       stream_fence, tile_center_distances, transpose_rows)
+from .row_sums import (LANES, add_moves, add_row_vectors, add_rows_and_gaps, add_squared_gaps, prefetch_rows,
+                       prefetch_span, store_row, stream_fence, tile_center_distances, transpose_rows)
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -328,8 +328,14 @@ def _add_neighbours(total, rows, nbr_idx, first, stop):
     columns are summed in registers (row_sums); the last width % LANES columns four rows
     at a time, with one load and store of their running total per four rows.  Either way
     each column gets the same additions in the same order."""
-    width = total.shape[0]
     add_row_vectors(total, rows, nbr_idx, first, stop)
+    _add_neighbour_tails(total, rows, nbr_idx, first, stop)
+
+
+@njit(inline='always', **_JIT)
+def _add_neighbour_tails(total, rows, nbr_idx, first, stop):
+    """`_add_neighbours` for the last width % LANES columns, which the vectors leave."""
+    width = total.shape[0]
     column = width // LANES * LANES
     if column == width:
         return
@@ -489,7 +495,7 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
             prefetch_span(flat_sums, ahead, ahead + 1)
             if not streamed:
                 prefetch_span(flat_out, ahead, ahead + 1)
-        if measuring:                           # of x(t), every edge whatever the faults
+        if measuring and faulty:                # of x(t), every edge whatever the faults
             edge_sums[a] = _up_edge_sum(flat_ext, a, edge_first[a], nbr_ptr[a + 1], nbr_idx, gaps)
         if faulty and not takes_part(fault_params, agent_ids[a], update):
             out[a] = centers[a]
@@ -504,7 +510,11 @@ def _update_with(centers, ext, nbr_ptr, nbr_idx, sums, counts, rho, scaled, alph
                     _add_neighbours(total, flat_ext, nbr_idx, e, e + 1)
         else:
             degree = nbr_ptr[a + 1] - nbr_ptr[a]
-            _add_neighbours(total, flat_ext, nbr_idx, nbr_ptr[a], nbr_ptr[a + 1])
+            if measuring:                       # the edges' gaps with the same rows, loaded once
+                edge_sums[a] = _neighbours_and_up_edges(total, gaps, flat_ext, a, nbr_ptr[a], edge_first[a],
+                                                        nbr_ptr[a + 1], nbr_idx)
+            else:
+                _add_neighbours(total, flat_ext, nbr_idx, nbr_ptr[a], nbr_ptr[a + 1])
         x, s = flat_centers[a], flat_sums[a]
         o = scratch if streamed else flat_out[a]
         for k in range(n_clusters):
@@ -575,7 +585,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
                   ext_ids: np.ndarray = NO_IDS, moved: np.ndarray = NO_MOVES,
                   move_terms: tuple = (False, 0.0, 0.0), edge_sums: np.ndarray = NO_EDGE_SUMS,
                   edge_first: np.ndarray = NO_IDS, streamed: bool = False,
-                  prefetch: Prefetch = NO_PREFETCH) -> np.ndarray:
+                  prefetch: Prefetch = NO_PREFETCH, scaled: bool = False) -> np.ndarray:
     """x <- x - alpha (x - mu), mu = (S/rho + sum_l x_l) / (n/rho + |Omega|)  (eqs. 26-27).
 
     Agent a's neighbours are rows nbr_idx[nbr_ptr[a]:nbr_ptr[a+1]] of `ext` (the
@@ -603,6 +613,9 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
 
     prefetch : the agents' `far_rows` (over these nbr_ptr and nbr_idx), to prefetch with
     each agent's sums and new centers a few agents ahead; the same numbers either way.
+
+    scaled : whether `sums` and `counts` hold S / rho and n / rho already (LocalPass.run's
+    `scale`): the same numbers, without two divisions a center coordinate every update.
     """
     if out is None:
         out = np.empty_like(centers)
@@ -614,7 +627,7 @@ def center_update(centers: np.ndarray, ext: np.ndarray, nbr_ptr: np.ndarray, nbr
         raise ValueError(f"moved must hold one number per center, {centers.shape[:2]}, not {moved.shape}")
     single, f64_err, eta = move_terms
     in_parallel(_update, _update_parallel, len(centers), centers, ext, nbr_ptr, nbr_idx, sums, counts,
-                float(rho), False, float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
+                float(rho), bool(scaled), float(alpha), out, faults.params, int(update), agent_ids, ext_ids, moved,
                 bool(single), float(f64_err), float(eta), edge_sums, edge_first, prefetch.far_ptr, prefetch.rows,
                 bool(streamed), numbers=centers.size)
     return out
@@ -624,18 +637,20 @@ def local_center_updates(current: np.ndarray, spare: np.ndarray, nbr_ptr: np.nda
                          sums: np.ndarray, counts: np.ndarray, rho: float, alpha: float, n_updates: int,
                          faults: FaultModel = NO_FAULTS, first_update: int = 0, agent_ids: np.ndarray = NO_IDS,
                          ext_ids: np.ndarray = NO_IDS, streamed: bool = False,
-                         prefetch: Prefetch = NO_PREFETCH) -> np.ndarray:
+                         prefetch: Prefetch = NO_PREFETCH, scaled: bool = False) -> np.ndarray:
     """`n_updates` center updates in one call, for a block whose agents' neighbours are all
     its own (nbr_idx indexes the block's centers; no ghosts): each is `center_update` from
     the last, alternating between `current` and `spare`.  Returns the array holding the
     result.  Bit for bit the updates one by one, without a Python call and an exchange
     per update: on one rank, a run's inner updates and the estimator's cost microseconds
-    each, not tens.  streamed and prefetch : as center_update's."""
+    each, not tens.  streamed, prefetch and scaled : as center_update's."""
     if (len(agent_ids) != len(current) or len(ext_ids) != len(current)) and faults is not NO_FAULTS:
         raise ValueError("a fault model needs the global ids of the agents and of ext's rows")
-    in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums / rho,
-                counts / rho, float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids,
-                ext_ids, prefetch.far_ptr, prefetch.rows, bool(streamed),
+    if not scaled:                                  # divided once for every update
+        sums, counts = sums / rho, counts / rho
+    in_parallel(_updates, _updates_parallel, len(current), current, spare, nbr_ptr, nbr_idx, sums, counts,
+                float(rho), float(alpha), faults.params, int(first_update), int(n_updates), agent_ids, ext_ids,
+                prefetch.far_ptr, prefetch.rows, bool(streamed),
                 numbers=current.size)               # the threads join every update
     return spare if n_updates % 2 else current
 
@@ -777,6 +792,26 @@ def _up_edge_sum(rows, a, first, stop, nbr_idx, gaps):
     for w in range(gaps.shape[0]):
         gaps[w] = 0.0
     _add_squared_gaps(gaps, rows, a, nbr_idx, first, stop)
+    return _gap_total(gaps)
+
+
+@njit(inline='always', **_JIT)
+def _neighbours_and_up_edges(total, gaps, rows, a, first, first_up, stop, nbr_idx):
+    """`_add_neighbours(total, rows, nbr_idx, first, stop)` and `_up_edge_sum(rows, a,
+    first_up, stop, nbr_idx, gaps)`, returned, in one pass over the rows (row_sums.
+    add_rows_and_gaps): the same numbers, and the gaps' arithmetic done while the update
+    waits for rows anyway."""
+    for w in range(gaps.shape[0]):
+        gaps[w] = 0.0
+    add_rows_and_gaps(total, gaps, rows, nbr_idx, first, first_up, stop, a)
+    _add_neighbour_tails(total, rows, nbr_idx, first, stop)
+    _add_squared_gap_tails(gaps, rows, a, nbr_idx, first_up, stop)
+    return _gap_total(gaps)
+
+
+@njit(inline='always', **_JIT)
+def _gap_total(gaps):
+    """The sum of `_up_edge_sum`'s gaps: the coordinates in eight lanes joined as a tree."""
     l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = 0.0
     for w in range(0, gaps.shape[0], 8):    # the padding past K x p stays 0.0
         l0, l1, l2, l3 = l0 + gaps[w], l1 + gaps[w + 1], l2 + gaps[w + 2], l3 + gaps[w + 3]
@@ -789,8 +824,14 @@ def _add_squared_gaps(gaps, rows, anchor, nbr_idx, first, stop):
     """gaps[w] += (rows[anchor, w] - rows[nbr_idx[e], w])**2 for e in first..stop-1, in
     that order, the square rounded before it is added: whole vectors of columns in
     registers (row_sums), like `_add_neighbours`, then the last width % LANES columns."""
-    width = rows.shape[1]
     add_squared_gaps(gaps, rows, nbr_idx, first, stop, anchor)
+    _add_squared_gap_tails(gaps, rows, anchor, nbr_idx, first, stop)
+
+
+@njit(inline='always', **_JIT)
+def _add_squared_gap_tails(gaps, rows, anchor, nbr_idx, first, stop):
+    """`_add_squared_gaps` for the last width % LANES columns, which the vectors leave."""
+    width = rows.shape[1]
     column = width // LANES * LANES
     x = rows[anchor]
     for e in range(first, stop):

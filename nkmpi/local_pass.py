@@ -32,6 +32,10 @@ the first smallest.  These ideas skip most of that work without changing a bit:
   keeps each block's, and sums again only the blocks whose rows changed label
   before adding up its blocks: a few changed labels cost a few blocks' rows,
   not the agent's.
+* Scaled sums: given a scale (the center update's rho), a cluster's sum and
+  count are divided by it once, when they are summed, and kept so: S / rho and
+  n / rho are the numbers the update divides anyway, one division each, and a
+  settled cluster's stand as they are for every update that reads them.
 
 Error bounds, with u the unit roundoff and gamma_n = n u / (1 - n u): the
 per-feature form gives d (1 + t), |t| <= gamma_{p+2} of the data's precision;
@@ -211,6 +215,19 @@ def _sum_again(points, weights, lo, hi, labels, sums, counts, a, affected, route
     for row in range(lo, hi):
         if affected[labels[row]]:
             _add_row(points, weights, row, labels[row], sums, counts, a)
+
+
+@njit(inline='always', **_JIT)
+def _divide_clusters(sums, counts, a, clusters, scale):
+    """Agent a's sums and counts of the `clusters` marked, just summed, divided by `scale`
+    (LocalPass.run's): one division each, as the center update would make every time."""
+    if scale == 1.0:
+        return
+    for k in range(sums.shape[1]):
+        if clusters[k]:
+            counts[a, k] = counts[a, k] / scale
+            for j in range(sums.shape[2]):
+                sums[a, k, j] = sums[a, k, j] / scale
 
 
 @njit(inline='always', **_JIT)
@@ -497,7 +514,9 @@ def _fold_gap(top, gap, a, label, up, row_gap):
 @njit(**_JIT)
 def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap, previous,
           moved, ready, opened, block_agents, block_first, block_sums, block_counts, counters, exact_err, screen_err,
-          f64_err, eta, first, stop):
+          f64_err, eta, scale, resum, first, stop):
+    """LocalPass.run over agents first..stop-1; resum: the sums it keeps are of another
+    scale, so every agent's are summed again (its labels' bounds still hold)."""
     n_clusters, n_features = centers.shape[1], centers.shape[2]
     center = np.empty((n_clusters, n_features), dtype=points.dtype)
     center_t = np.empty((n_features, n_clusters), dtype=points.dtype)
@@ -532,8 +551,8 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
         chunk_stop = min(chunk + AGENT_CHUNK, stop)
         _moves(centers, previous, moved, ready, chunk, chunk_stop, move, f64_err, eta)
         for a in range(chunk, chunk_stop):      # which agents stay settled; the others' rows asked for
-            kept_now[a - chunk] = ready[a] and _settled(top, gap, a, move, a - chunk, n_clusters, exact_err, f64_err,
-                                                        eta)
+            kept_now[a - chunk] = ready[a] and not resum and _settled(top, gap, a, move, a - chunk, n_clusters,
+                                                                      exact_err, f64_err, eta)
             if ready[a] and not kept_now[a - chunk]:
                 # A few agents among many: their rows are where no prefetcher looks.
                 prefetch_span(labels, offsets[a], offsets[a + 1])
@@ -625,7 +644,10 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                 skipped += hi - lo
                 # Unless a label changed, the sums of the same rows in the same order stand; so
                 # do those of the clusters no row left or joined, and of the blocks no row of
-                # which changed.
+                # which changed (of another scale, every cluster is summed again).
+                if resum:
+                    for k in range(n_clusters):
+                        affected[k] = True
                 if agent_changed and blocked:
                     for b in range(n_blocks):
                         if touched[b]:
@@ -633,9 +655,13 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                                        block_sums, block_counts, first_block + b, affected, routed, route, acc,
                                        acc_counts)
                     _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks, affected)
-                elif agent_changed:
+                elif blocked and resum:         # its blocks' sums stand: they are never scaled
+                    _add_blocks(sums, counts, a, block_sums, block_counts, first_block, n_blocks, affected)
+                elif agent_changed or resum:
                     _sum_again(points, weights, lo, hi, labels, sums, counts, a, affected, routed, route, acc,
                                acc_counts)
+                if agent_changed or resum:
+                    _divide_clusters(sums, counts, a, affected, scale)
             else:
                 for k in range(n_clusters):
                     for j in range(n_features):
@@ -656,6 +682,9 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
                                                  gap, sums, counts, a, block_sums, block_counts, own_blocks, rows_t,
                                                  dist, ranked_best, ranked_bounds, exact_err, f64_err, eta)
                     assessed = hi - lo
+                for k in range(n_clusters):
+                    affected[k] = True
+                _divide_clusters(sums, counts, a, affected, scale)
                 ready[a] = True
                 rebased = True
                 opened[a] = hi - lo             # the next pass, early in a run, rebases: the centers still jump
@@ -677,12 +706,12 @@ def _pass(points, weights, offsets, sizes, centers, labels, sums, counts, change
 @njit(parallel=True, **_JIT)
 def _pass_parallel(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
                    previous, moved, ready, opened, block_agents, block_first, block_sums, block_counts, counters,
-                   exact_err, screen_err, f64_err, eta, n_ranges, n_agents):
+                   exact_err, screen_err, f64_err, eta, scale, resum, n_ranges, n_agents):
     each = np.zeros((n_ranges, counters.shape[0]), dtype=counters.dtype)
     for r in prange(n_ranges):
         _pass(points, weights, offsets, sizes, centers, labels, sums, counts, changed, upper, lower, top, gap,
               previous, moved, ready, opened, block_agents, block_first, block_sums, block_counts, each[r], exact_err,
-              screen_err, f64_err, eta, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
+              screen_err, f64_err, eta, scale, resum, r * n_agents // n_ranges, (r + 1) * n_agents // n_ranges)
     for r in range(n_ranges):
         counters += each[r]
 
@@ -793,21 +822,27 @@ class LocalPass:
         #: square root and sum, and the absolute term for underflow.
         self.move_terms = (points.dtype == np.float32, *self.errors[2:])
         self.rows_skipped = self.rows_screened = self.rows_exact = self.agents_kept = 0
+        #: What the sums kept in `out` are divided by (run's scale).
+        self.scale = 1.0
 
-    def run(self, centers: np.ndarray, labels: np.ndarray, out: tuple) -> tuple[np.ndarray, np.ndarray, int]:
+    def run(self, centers: np.ndarray, labels: np.ndarray, out: tuple,
+            scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, int]:
         """Assign each row to its agent's nearest center (ties: the lowest index) and add
         up the cluster sums and counts.
 
         centers : (L, K, p) float64; labels : (n,) int32, the previous labels (-1: none),
         overwritten; out : kernels.accumulators(L, K, p).  Returns sums (L, K, p),
-        counts (L, K) (the clusters' weights) and the number of rows whose label changed.
+        counts (L, K) (the clusters' weights), each divided by `scale`, and the number of
+        rows whose label changed.  scale : the center update's rho (kernels.center_update's
+        `scaled`), or 1.0; where it differs from the last run's, every cluster is summed again.
         """
         sums, counts, _, changed = out
+        resum, self.scale = float(scale) != self.scale, float(scale)
         self.counters[:] = 0
         in_parallel(_pass, _pass_parallel, len(centers), self.points, self.weights, self.offsets, self.sizes,
                     centers, labels, sums, counts, changed, self.upper, self.lower, self.top, self.gap,
                     self.previous, self.moved, self.ready, self.opened, self.block_agents, self.block_first,
-                    self.block_sums, self.block_counts, self.counters, *self.errors)
+                    self.block_sums, self.block_counts, self.counters, *self.errors, self.scale, resum)
         self.rows_skipped, self.rows_screened, self.rows_exact, self.agents_kept = (int(c) for c in self.counters)
         return sums, counts, int(changed.sum())
 

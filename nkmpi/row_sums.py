@@ -9,7 +9,7 @@ numbers, so six hot loops ran scalar or went through memory:
   point, their squared gaps to the agent's own: a loop over the columns for each row
   loads and stores the running sums every row.  `add_row_vectors` and
   `add_squared_gaps` keep up to VECTORS vectors of LANES columns in registers while
-  every row is added;
+  every row is added, and `add_rows_and_gaps` does both with each row loaded once;
 * the exact kernel's distances of a tile of rows to an agent's centers, feature by
   feature: an agent of 16 rows is shorter than the loop vectorizer's step.
   `tile_center_distances` works in whole vectors of rows, several centers at once, on
@@ -81,25 +81,36 @@ def _in_passes(builder, n_vectors, name, emit):
         builder.position_at_end(done)
 
 
-def _row_loop(gap_to_anchor):
-    """The codegen of add_row_vectors (gap_to_anchor False: each row is added) or of
-    add_squared_gaps (True: each row's squared difference from the anchor row is)."""
+def _row_loop(adds, gaps):
+    """The codegen of add_row_vectors (adds: each row is added to `total`), of
+    add_squared_gaps (gaps: each row's squared difference from the anchor row is added to
+    `total`) and of add_rows_and_gaps (both: every row added to `total`, and from entry
+    `first_gap` on its squared gap added to `gaps`, with the row loaded once)."""
 
     def codegen(context, builder, sig, args):
-        total_arg, rows_arg, index_arg, first_arg, stop_arg = args[:5]
         i64 = ir.IntType(64)
         vector = ir.VectorType(ir.DoubleType(), LANES)
         vector_ptr = vector.as_pointer()
-        total_array = context.make_array(sig.args[0])(context, builder, total_arg)
-        rows_array = context.make_array(sig.args[1])(context, builder, rows_arg)
-        index_array = context.make_array(sig.args[2])(context, builder, index_arg)
-        first, stop = _as_i64(builder, first_arg, sig.args[3]), _as_i64(builder, stop_arg, sig.args[4])
+        if adds and gaps:
+            total_arg, gaps_arg, rows_arg, index_arg, first_arg, gap_arg, stop_arg, anchor_arg = args
+            total_ty, gaps_ty, rows_ty, index_ty, first_ty, gap_ty, stop_ty, anchor_ty = sig.args
+        else:
+            total_arg, rows_arg, index_arg, first_arg, stop_arg = args[:5]
+            total_ty, rows_ty, index_ty, first_ty, stop_ty = sig.args[:5]
+            gaps_arg, gaps_ty = (total_arg, total_ty) if gaps else (None, None)
+            gap_arg, gap_ty = (first_arg, first_ty) if gaps else (stop_arg, stop_ty)
+            anchor_arg, anchor_ty = (args[5], sig.args[5]) if gaps else (None, None)
+        rows_array = context.make_array(rows_ty)(context, builder, rows_arg)
+        index_array = context.make_array(index_ty)(context, builder, index_arg)
+        first, stop = _as_i64(builder, first_arg, first_ty), _as_i64(builder, stop_arg, stop_ty)
+        first_gap = _as_i64(builder, gap_arg, gap_ty)
         n_vectors = builder.udiv(builder.extract_value(rows_array.shape, 1), ir.Constant(i64, LANES))
         row_bytes = builder.extract_value(rows_array.strides, 0)
         rows_start = builder.ptrtoint(rows_array.data, i64)
-        total_start = builder.ptrtoint(total_array.data, i64)
-        if gap_to_anchor:
-            anchor_start = builder.add(rows_start, builder.mul(_as_i64(builder, args[5], sig.args[5]), row_bytes))
+        total_start = builder.ptrtoint(context.make_array(total_ty)(context, builder, total_arg).data, i64)
+        if gaps:
+            gaps_start = builder.ptrtoint(context.make_array(gaps_ty)(context, builder, gaps_arg).data, i64)
+            anchor_start = builder.add(rows_start, builder.mul(_as_i64(builder, anchor_arg, anchor_ty), row_bytes))
 
         def rows_added(count, first_vector):
             def vector_at(start, v):
@@ -107,22 +118,36 @@ def _row_loop(gap_to_anchor):
                 return builder.inttoptr(builder.add(start, builder.mul(place, ir.Constant(i64, 8 * LANES))),
                                         vector_ptr)
 
-            sums = [cgutils.alloca_once(builder, vector) for _ in range(count)]
-            for v, slot in enumerate(sums):
-                builder.store(builder.load(vector_at(total_start, v), align=8), slot)
-            if gap_to_anchor:
+            def loaded(start):
+                slots = [cgutils.alloca_once(builder, vector) for _ in range(count)]
+                for v, slot in enumerate(slots):
+                    builder.store(builder.load(vector_at(start, v), align=8), slot)
+                return slots
+
+            sums = loaded(total_start) if adds else []
+            squares = loaded(gaps_start) if gaps else []
+            if gaps:
                 anchor = [builder.load(vector_at(anchor_start, v), align=8) for v in range(count)]
-            with cgutils.for_range_slice(builder, first, stop, ir.Constant(i64, 1), inc=True) as (e, _):
-                row = builder.load(builder.gep(index_array.data, [e]))
-                row_start = builder.add(rows_start, builder.mul(_as_i64(builder, row, sig.args[2].dtype), row_bytes))
-                for v, slot in enumerate(sums):
-                    term = builder.load(vector_at(row_start, v), align=8)
-                    if gap_to_anchor:
-                        gap = builder.fsub(anchor[v], term)
-                        term = builder.fmul(gap, gap)
-                    builder.store(builder.fadd(builder.load(slot), term), slot)
-            for v, slot in enumerate(sums):
-                builder.store(builder.load(slot), vector_at(total_start, v), align=8)
+
+            def over_rows(begin, end, with_sums, with_squares):
+                with cgutils.for_range_slice(builder, begin, end, ir.Constant(i64, 1), inc=True) as (e, _):
+                    row = builder.load(builder.gep(index_array.data, [e]))
+                    row_start = builder.add(rows_start, builder.mul(_as_i64(builder, row, index_ty.dtype), row_bytes))
+                    for v in range(count):
+                        term = builder.load(vector_at(row_start, v), align=8)
+                        if with_sums:
+                            builder.store(builder.fadd(builder.load(sums[v]), term), sums[v])
+                        if with_squares:
+                            gap = builder.fsub(anchor[v], term)
+                            builder.store(builder.fadd(builder.load(squares[v]), builder.fmul(gap, gap)), squares[v])
+
+            if adds:
+                over_rows(first, first_gap, True, False)
+            if gaps:
+                over_rows(first_gap, stop, adds, True)
+            for start, slots in ((total_start, sums), (gaps_start if gaps else None, squares)):
+                for v, slot in enumerate(slots):
+                    builder.store(builder.load(slot), vector_at(start, v), align=8)
 
         _in_passes(builder, n_vectors, "row_vectors", rows_added)
         return context.get_dummy_value()
@@ -145,7 +170,7 @@ def add_row_vectors(typingctx, total, rows, index, first, stop):
     the caller keeps the indices inside rows."""
     if not _typed(total, rows, index, (first, stop)):
         return None
-    return types.void(total, rows, index, first, stop), _row_loop(False)
+    return types.void(total, rows, index, first, stop), _row_loop(adds=True, gaps=False)
 
 
 @intrinsic
@@ -155,7 +180,19 @@ def add_squared_gaps(typingctx, total, rows, index, first, stop, anchor):
     sum: no fused multiply-add)."""
     if not _typed(total, rows, index, (first, stop, anchor)):
         return None
-    return types.void(total, rows, index, first, stop, anchor), _row_loop(True)
+    return types.void(total, rows, index, first, stop, anchor), _row_loop(adds=False, gaps=True)
+
+
+@intrinsic
+def add_rows_and_gaps(typingctx, total, gaps, rows, index, first, first_gap, stop, anchor):
+    """add_row_vectors(total, rows, index, first, stop) and add_squared_gaps(gaps, rows,
+    index, first_gap, stop, anchor) in one loop (first <= first_gap <= stop), each row
+    loaded once: the same numbers as the two calls, whose second loop stalled on the rows
+    the first had not yet brought in."""
+    if not (_typed(total, rows, index, (first, first_gap, stop, anchor)) and _is_float64_array(gaps, 1)):
+        return None
+    return (types.void(total, gaps, rows, index, first, first_gap, stop, anchor),
+            _row_loop(adds=True, gaps=True))
 
 
 @intrinsic

@@ -193,7 +193,7 @@ def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, alig
     columns a pass, the rest four neighbours at a time): the same bits as adding the
     neighbours one by one in ascending order, on values whose sums depend on the order;
     into `out` in place or streamed past the caches, aligned (where rows of whole vectors
-    are streamed) or not."""
+    are streamed) or not; from sums and counts divided by rho already (scaled) or not."""
     rng = np.random.default_rng(degree)
     (k, p), n_local = width, 3 + kernels.PREFETCH_AGENTS      # an agent on which another prefetches
     n_ext = n_local + max(12, degree + 1)
@@ -216,6 +216,10 @@ def test_center_update_adds_neighbours_in_order(degree, width, index_dtype, alig
         np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
         out[:] = np.nan             # and where the far rows are prefetched
         kernels.center_update(*problem, 3.0, 0.6, out=out, streamed=streamed, prefetch=prefetch)
+        np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
+        out[:] = np.nan             # and from S / rho and n / rho, as LocalPass.run(scale=rho) leaves them
+        kernels.center_update(*problem[:4], sums / 3.0, counts / 3.0, 3.0, 0.6, out=out, streamed=streamed,
+                              prefetch=prefetch, scaled=True)
         np.testing.assert_array_equal(out, expected_update(*problem, 3.0, 0.6))
 
 
@@ -299,6 +303,11 @@ def test_local_center_updates_are_the_updates_one_by_one(n_updates, faulty, thre
                                            faults=faults, first_update=11, agent_ids=agent_ids, ext_ids=agent_ids,
                                            streamed=streamed, prefetch=kernels.far_rows(nbr_ptr, nbr_idx, n_agents))
         np.testing.assert_array_equal(got, expected)
+        current[:], spare[:] = start, np.nan            # from S / rho and n / rho
+        got = kernels.local_center_updates(current, spare, nbr_ptr, nbr_idx, sums / 7.0, counts / 7.0, 7.0, 0.9,
+                                           n_updates, faults=faults, first_update=11, agent_ids=agent_ids,
+                                           ext_ids=agent_ids, streamed=streamed, scaled=True)
+        np.testing.assert_array_equal(got, expected)
     finally:
         kernels.set_threads(1)
 
@@ -381,13 +390,16 @@ def test_disagreement_sums_each_agents_edges_so(width, degree):
 
 @pytest.mark.parametrize("faulty", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_update_measures_the_disagreement_of_its_input(faulty, threads, monkeypatch):
+@pytest.mark.parametrize("width", [(3, 5), (8, 8), (17, 31)])
+def test_update_measures_the_disagreement_of_its_input(faulty, threads, width, monkeypatch):
     """The update's edge sums are those of the centers it starts from (x(t)), each agent's as
-    `agent_edge_sum` gives it, faults or not (the metric counts every edge); the new centers
-    are the update's without them; and their exact sum is `edge_disagreement`'s."""
-    rng = np.random.default_rng(11)
-    n_local, n_ext, k, p = 40, 60, 3, 5
-    ext = rng.standard_normal((n_ext, k, p))
+    `agent_edge_sum` gives it, faults or not (the metric counts every edge; without faults
+    they are summed in the neighbours' loop: whole vectors, several passes of them, and the
+    columns past them); the new centers are the update's without them; and their exact sum
+    is `edge_disagreement`'s."""
+    rng = np.random.default_rng(11 + width[1])
+    (k, p), n_local, n_ext = width, 40, 60
+    ext = rng.standard_normal((n_ext, k, p)) * 10.0 ** rng.integers(-6, 6, size=(n_ext, k, p))
     agents, ext_ids, nbr_ptr, nbr_idx = random_block_graph(rng, n_local, n_ext, 7)
     sums, counts = rng.standard_normal((n_local, k, p)), rng.integers(0, 3, size=(n_local, k))
     faults = FaultModel(seed=2, link_failure_prob=0.3, dropout_prob=0.3) if faulty else FaultModel(seed=2)

@@ -65,6 +65,7 @@ class Pair:
         self.ref_labels = self.labels.copy()
         self.ref_out = kernels.accumulators(self.n_agents, n_clusters, p)
         self.passes = 0
+        self.scale = 1.0           # run's scale: the sums and counts are compared divided by it
         self.history = []          # (changed, skipped, screened, exact, agents kept) per pass
 
     def step(self, centers, check_sse=True):
@@ -73,10 +74,14 @@ class Pair:
         where = f"pass {self.passes} (dtype {self.points.dtype}, p {self.points.shape[1]}, K {self.k}, " \
                 f"{self.n_agents} agents, {len(self.points)} rows)"
         given_centers = centers.copy()
-        sums, counts, changed = self.local.run(centers, self.labels, self.out)
+        sums, counts, changed = self.local.run(centers, self.labels, self.out, scale=self.scale)
         assert centers.tobytes() == given_centers.tobytes(), f"{where}: run modified the centers"
         ref_sums, ref_counts, ref_sse, ref_changed = kernels.assign_and_accumulate(
             self.points, self.offsets, given_centers, self.ref_labels, out=self.ref_out, weights=self.weights)
+        raw_sums, raw_counts = ref_sums, ref_counts
+        if self.scale != 1.0:      # one division each, as the center update would make
+            ref_sums, ref_counts = ref_sums / self.scale, ref_counts / self.scale
+            where += f" at scale {self.scale}"
 
         if self.labels.tobytes() != self.ref_labels.tobytes():
             row = int(np.flatnonzero(self.labels != self.ref_labels)[0])
@@ -116,7 +121,7 @@ class Pair:
         self.passes += 1
         assert 0 <= self.local.agents_kept <= self.n_agents, f"{where}: {self.local.agents_kept} agents kept"
         self.history.append((int(ref_changed),) + tuple(int(c) for c in counters) + (self.local.agents_kept,))
-        return ref_sums.copy(), ref_counts.copy(), int(ref_changed)
+        return raw_sums.copy(), raw_counts.copy(), int(ref_changed)
 
 
 def assert_bounds_hold(local, points, offsets, centers, labels, where):
@@ -279,10 +284,11 @@ def drive_given_moves(points, offsets, k, rng, kinds, steps):
 
 
 def drive(points, offsets, k, rng, kinds=None, buffers="fresh", centers=None, scale=None,
-          weights=kernels.UNWEIGHTED):
+          weights=kernels.UNWEIGHTED, sum_scales=None):
     """Run a LocalPass and the oracle through the first centers and then `kinds` of moves.
     buffers: 'fresh' (a new centers array every pass), 'inplace' (one array overwritten)
-    or 'swap' (two arrays used in turn, as the NK-means driver does)."""
+    or 'swap' (two arrays used in turn, as the NK-means driver does); sum_scales: each
+    pass's LocalPass.run scale (1.0 each by default)."""
     pair = Pair(points, offsets, k, weights=weights)
     kinds = standard_schedule() if kinds is None else kinds
     scale = spread_of(points) if scale is None else scale
@@ -297,6 +303,8 @@ def drive(points, offsets, k, rng, kinds=None, buffers="fresh", centers=None, sc
         else:
             given_centers = bufs[t % 2 if buffers == "swap" else 0]
             given_centers[...] = centers
+        if sum_scales is not None:
+            pair.scale = sum_scales[t]
         sums, counts, _ = pair.step(given_centers, check_sse=(t % 3 != 1))
     return pair
 
@@ -370,6 +378,22 @@ def test_blocks_of_sums_that_tiles_do_not_divide(dtype, p, threads):
     points, offsets = blobs(rng, [3 * block + 300, block + 1, block, 40], p, dtype, n_blobs=10, sep=2.0)
     drive(points, offsets, 20, rng, kinds=standard_schedule(10))
     drive(points, offsets, 20, rng, kinds=creeping_schedule(10))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [5, 20])
+def test_sums_divided_by_the_scale_once(dtype, p, threads):
+    """run(scale=rho) leaves S / rho and n / rho, one division of the oracle's numbers each,
+    through a settling run: agents of one block (narrow rows routed, p = 5, or not) and of
+    several, summed in full, in part or kept; a new scale, from a pass where every agent
+    stays settled, sums every cluster again, back to 1.0 included."""
+    rng = np.random.default_rng(30 + p)
+    block = kernels.sum_block_rows(20)
+    points, offsets = blobs(rng, [3 * block + 300, block + 1, 300, 40, 0], p, dtype, n_blobs=10, sep=2.0)
+    kinds = standard_schedule(20)
+    assert kinds[8] == kinds[15] == ("repeat",)         # passes 9 and 16: the same centers again
+    pair = drive(points, offsets, 20, rng, kinds=kinds, sum_scales=[3.0] * 9 + [0.7] * 7 + [1.0, 1.0, 5.0, 5.0])
+    assert any(kept for *_, kept in pair.history[1:9]), "no agent stayed settled: the test would not show a re-sum"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -95,11 +95,11 @@ except ValueError as exc:
 original_run, passes = LocalPass.run, []
 
 
-def signalling_run(self, *args):
+def signalling_run(self, *args, **kwargs):
     passes.append(1)
     if rank == 0 and len(passes) == 12:
         os.kill(os.getpid(), signal.SIGUSR1)
-    return original_run(self, *args)
+    return original_run(self, *args, **kwargs)
 
 
 LocalPass.run = signalling_run
