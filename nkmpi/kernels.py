@@ -799,8 +799,7 @@ def _up_edge_sum(rows, a, first, stop, nbr_idx, gaps):
 def _neighbours_and_up_edges(total, gaps, rows, a, first, first_up, stop, nbr_idx):
     """`_add_neighbours(total, rows, nbr_idx, first, stop)` and `_up_edge_sum(rows, a,
     first_up, stop, nbr_idx, gaps)`, returned, in one pass over the rows (row_sums.
-    add_rows_and_gaps): the same numbers, and the gaps' arithmetic done while the update
-    waits for rows anyway."""
+    add_rows_and_gaps): the same numbers, each row loaded once."""
     for w in range(gaps.shape[0]):
         gaps[w] = 0.0
     add_rows_and_gaps(total, gaps, rows, nbr_idx, first, first_up, stop, a)

@@ -187,8 +187,8 @@ def add_squared_gaps(typingctx, total, rows, index, first, stop, anchor):
 def add_rows_and_gaps(typingctx, total, gaps, rows, index, first, first_gap, stop, anchor):
     """add_row_vectors(total, rows, index, first, stop) and add_squared_gaps(gaps, rows,
     index, first_gap, stop, anchor) in one loop (first <= first_gap <= stop), each row
-    loaded once: the same numbers as the two calls, whose second loop stalled on the rows
-    the first had not yet brought in."""
+    loaded once: the same numbers as the two calls, the first of which waited for rows that
+    the second then found in the cache."""
     if not (_typed(total, rows, index, (first, first_gap, stop, anchor)) and _is_float64_array(gaps, 1)):
         return None
     return (types.void(total, gaps, rows, index, first, first_gap, stop, anchor),
